@@ -1,0 +1,108 @@
+"""proctor: build agent environments, run graded and traced rollouts at scale.
+
+The public API is re-exported here and loaded lazily, so `import proctor` stays cheap
+(pydantic loads only when a `Task` or `Taskset` is first touched).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # errors
+    "ChannelClosed": "._errors",
+    "ChannelError": "._errors",
+    "ConnectError": "._errors",
+    "ConnectTimeout": "._errors",
+    "ConnectionLost": "._errors",
+    "ProctorError": "._errors",
+    "ProtocolError": "._errors",
+    "RemoteError": "._errors",
+    "RolloutError": "._errors",
+    "RolloutTimeout": "._errors",
+    "RuntimeLaunchError": "._errors",
+    "SourceError": "._errors",
+    "TaskCancelled": "._errors",
+    "TaskError": "._errors",
+    "TasksetError": "._errors",
+    "TemplateError": "._errors",
+    # authoring
+    "Answer": ".env",
+    "Capability": ".env",
+    "Environment": ".env",
+    "EvaluationResult": ".env",
+    "SubScore": ".env",
+    "Template": ".env",
+    "graders": ".env",
+    # tasks
+    "Task": ".tasks",
+    "Taskset": ".tasks",
+    # wire
+    "Client": ".channel",
+    "Manifest": ".channel",
+    "Server": ".channel",
+    "connect": ".channel",
+    # runtimes
+    "Endpoint": ".runtimes",
+    "LocalRuntime": ".runtimes",
+    "Provider": ".runtimes",
+    "Runtime": ".runtimes",
+    "SubprocessRuntime": ".runtimes",
+    # engine
+    "Grade": ".engine",
+    "Job": ".engine",
+    "Run": ".engine",
+    "Step": ".engine",
+    "Timeouts": ".engine",
+    "Trace": ".engine",
+    "rollout": ".engine",
+    # agents
+    "Agent": ".agents",
+    "ScriptedAgent": ".agents",
+    "agent_from_fn": ".agents",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'proctor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from ._errors import (
+        ChannelClosed,
+        ChannelError,
+        ConnectError,
+        ConnectionLost,
+        ConnectTimeout,
+        ProctorError,
+        ProtocolError,
+        RemoteError,
+        RolloutError,
+        RolloutTimeout,
+        RuntimeLaunchError,
+        SourceError,
+        TaskCancelled,
+        TaskError,
+        TasksetError,
+        TemplateError,
+    )
+    from .agents import Agent, ScriptedAgent, agent_from_fn
+    from .channel import Client, Manifest, Server, connect
+    from .engine import Grade, Job, Run, Step, Timeouts, Trace, rollout
+    from .env import Answer, Capability, Environment, EvaluationResult, SubScore, Template, graders
+    from .runtimes import Endpoint, LocalRuntime, Provider, Runtime, SubprocessRuntime
+    from .tasks import Task, Taskset

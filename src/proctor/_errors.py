@@ -1,0 +1,123 @@
+"""Every exception proctor raises, in one tree.
+
+```
+ProctorError
+├── TemplateError          a template or environment is defined wrongly (author's fault)
+├── TaskError              a task raised, got bad args or graded a non-numeric score
+├── TasksetError           a taskset file or row is malformed (names the file and line)
+├── SourceError            a Python source could not be loaded (names the file and line)
+├── ChannelError           the control channel failed
+│   ├── ProtocolError      the peer sent something that is not our protocol
+│   ├── ConnectError       could not connect or say hello
+│   │   └── ConnectTimeout the server did not answer within ready_timeout
+│   ├── ConnectionLost     the peer closed or broke the connection mid-call
+│   ├── ChannelClosed      we closed the client and then used it
+│   └── RemoteError        the server answered a JSON-RPC error (code, message, data)
+│       └── TaskCancelled  the call was interrupted by tasks.cancel or bye
+├── RuntimeLaunchError     a runtime could not bring its substrate up
+└── RolloutError           a rollout failed outside the environment's grading
+    └── RolloutTimeout     a deadline fired; names the phase and the limit
+```
+
+Who is at fault decides what the engine does: an environment's `TaskError` or a
+`RemoteError` is a failed run with the task named; a `ChannelError` or
+`RuntimeLaunchError` is infrastructure and never reads as reward 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ChannelClosed",
+    "ChannelError",
+    "ConnectError",
+    "ConnectTimeout",
+    "ConnectionLost",
+    "ProctorError",
+    "ProtocolError",
+    "RemoteError",
+    "RolloutError",
+    "RolloutTimeout",
+    "RuntimeLaunchError",
+    "SourceError",
+    "TaskCancelled",
+    "TaskError",
+    "TasksetError",
+    "TemplateError",
+]
+
+
+class ProctorError(Exception):
+    """Base of every proctor error."""
+
+
+class TemplateError(ProctorError, TypeError):
+    """A template or environment is defined wrongly."""
+
+
+class TaskError(ProctorError):
+    """A task failed on the environment's side; the message names the task."""
+
+
+class TasksetError(ProctorError, ValueError):
+    """A taskset file or row is malformed."""
+
+
+class SourceError(ProctorError, ImportError):
+    """A Python source file or module could not be loaded."""
+
+
+class ChannelError(ProctorError):
+    """The control channel failed."""
+
+
+class ProtocolError(ChannelError):
+    """The peer broke the wire protocol (bad frame, wrong reply id, oversized frame)."""
+
+
+class ConnectError(ChannelError):
+    """Could not connect to an environment server or complete `hello`."""
+
+
+class ConnectTimeout(ConnectError, TimeoutError):
+    """The server did not become ready within the deadline."""
+
+
+class ConnectionLost(ChannelError):
+    """The peer closed or broke the connection."""
+
+
+class ChannelClosed(ChannelError):
+    """The client was closed by us and then used."""
+
+
+class RemoteError(ChannelError):
+    """The server answered a call with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"[{code}] {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class TaskCancelled(RemoteError):
+    """A running `tasks.start` or `tasks.grade` was interrupted by a cancel."""
+
+
+class RuntimeLaunchError(ProctorError):
+    """A runtime could not bring its substrate up."""
+
+
+class RolloutError(ProctorError):
+    """A rollout failed outside the environment's own grading."""
+
+
+class RolloutTimeout(RolloutError, TimeoutError):
+    """A deadline fired during a rollout."""
+
+    def __init__(self, phase: str, limit: float) -> None:
+        super().__init__(f"{phase} timed out after {limit:g}s")
+        self.phase = phase
+        self.limit = limit

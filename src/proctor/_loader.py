@@ -1,0 +1,97 @@
+"""Load user Python sources (a file, a directory or `module:attr`) once per process."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from ._errors import SourceError
+
+__all__ = ["load_module", "load_object", "source_modules"]
+
+_LOADED: dict[Path, ModuleType] = {}
+
+
+def load_module(path: str | Path) -> ModuleType:
+    """Import a `.py` file (or a package directory) by path; cached by resolved path.
+
+    The file's directory joins `sys.path` so sibling imports work.
+
+    Raises:
+        SourceError: the file is missing or raised while importing (file and line named).
+    """
+    resolved = Path(path).resolve()
+    if resolved in _LOADED:
+        return _LOADED[resolved]
+    target = resolved / "__init__.py" if resolved.is_dir() else resolved
+    if not target.is_file():
+        raise SourceError(f"{path}: no such file")
+    parent = str((resolved if resolved.is_dir() else resolved.parent).parent)
+    folder = str(target.parent)
+    for entry in (folder, parent):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    name = resolved.name if resolved.is_dir() else f"_proctor_src_{resolved.stem}_{len(_LOADED)}"
+    spec = importlib.util.spec_from_file_location(name, target)
+    if spec is None or spec.loader is None:
+        raise SourceError(f"{path}: not a Python source")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SourceError:
+        raise
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        raise SourceError(f"{_where(exc, target)}: {type(exc).__name__}: {exc}") from exc
+    _LOADED[resolved] = module
+    return module
+
+
+def source_modules(source: str | Path) -> list[ModuleType]:
+    """The modules a source names: one file, a package, or every `.py` in a folder."""
+    path = Path(source)
+    if path.is_dir() and not (path / "__init__.py").exists():
+        files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+        if not files:
+            raise SourceError(f"{source}: no Python files in this directory")
+        return [load_module(p) for p in files]
+    return [load_module(path)]
+
+
+def load_object(spec: str) -> object:
+    """Resolve `module:attr` or `path/to/file.py:attr` to the object it names.
+
+    Raises:
+        SourceError: the module cannot be imported or has no such attribute.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise SourceError(f"{spec}: expected 'module:attr'")
+    if module_name.endswith(".py") or "/" in module_name:
+        module = load_module(module_name)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise SourceError(f"{spec}: cannot import {module_name}: {exc}") from exc
+    obj: object = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SourceError(f"{spec}: {module_name} has no attribute {attr!r}") from None
+    return obj
+
+
+def _where(exc: BaseException, target: Path) -> str:
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f"{exc.filename or target}:{exc.lineno}"
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(frame.filename).resolve() == target:
+            return f"{target}:{frame.lineno}"
+    return str(target)

@@ -1,0 +1,427 @@
+"""The control channel client: `connect`, `Client` calls, lazy capability forwarders."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .._errors import (
+    ChannelClosed,
+    ConnectError,
+    ConnectionLost,
+    ConnectTimeout,
+    ProtocolError,
+    RemoteError,
+    TaskCancelled,
+)
+from ..env._types import Capability
+from ._framing import LineBuffer, ParseError, decode
+from ._messages import INTERRUPTED, request_frame
+from ._splice import Pipe, host_port
+
+if TYPE_CHECKING:
+    from ._server import Server
+
+__all__ = ["Client", "Dialer", "Manifest", "connect", "dialer_for"]
+
+Dialer = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.Transport]]
+"""Opens one connection to a server for the protocol the factory makes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What `hello` told us: the session and the environment's capabilities."""
+
+    session_id: str
+    env_name: str
+    env_version: str
+    bindings: list[Capability] = field(default_factory=list)
+
+
+class Client:
+    """One control session with an environment server.
+
+    Calls are serialized (one request in flight); `cancel` and `bye` may overtake a
+    running `tasks.start` / `tasks.grade` to interrupt it. Use `connect()` to make one.
+    """
+
+    def __init__(self, dial: Dialer, url: str, *, token: str | None = None) -> None:
+        self.url = url
+        self.manifest: Manifest | None = None
+        self._dial = dial
+        self._token = token
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._abandoned: set[int] = set()
+        self._next_id = 0
+        self._lock = asyncio.Lock()
+        self._lost: Exception | None = None
+        self._closed = False
+        self._forwarders: dict[str, tuple[Capability, asyncio.Task[asyncio.Server]]] = {}
+        self._tunnels: set[asyncio.Task[Any]] = set()
+
+    async def _open(self) -> None:
+        self._transport = await self._dial(lambda: _ClientProtocol(self))
+
+    # -- calls ----------------------------------------------------------------------
+
+    async def hello(self, session_id: str | None = None) -> Manifest:
+        """Say hello (or resume a parked session) and read the manifest."""
+        params: dict[str, Any] = {}
+        if session_id is not None:
+            params["session_id"] = session_id
+        if self._token is not None:
+            params["token"] = self._token
+        result = await self.call("hello", params)
+        env = result.get("env") or {}
+        self.manifest = Manifest(
+            session_id=str(result["session_id"]),
+            env_name=str(env.get("name", "")),
+            env_version=str(env.get("version", "")),
+            bindings=[Capability.from_manifest(b) for b in result.get("bindings") or ()],
+        )
+        return self.manifest
+
+    async def list_tasks(self) -> list[dict[str, Any]]:
+        """The environment's templates: `[{id, description, args, returns?}]`."""
+        return list((await self.call("tasks.list", {}))["tasks"])
+
+    async def start_task(self, task_id: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run a task to its first yield; returns `{prompt, ...}`."""
+        result: dict[str, Any] = await self.call("tasks.start", {"id": task_id, "args": args or {}})
+        return result
+
+    async def grade(self, answer: Any = None, **extra: Any) -> dict[str, Any]:
+        """Send the answer and return the evaluation `{score, ...}`."""
+        result: dict[str, Any] = await self.call("tasks.grade", {"answer": answer, **extra})
+        return result
+
+    async def cancel(self) -> bool:
+        """Cancel this session's task (interrupting a running start/grade)."""
+        return bool((await self.call("tasks.cancel", {}, overtake=True))["cancelled"])
+
+    async def bye(self) -> None:
+        """End the session: the server cancels the task and closes the connection."""
+        await self.call("bye", {}, overtake=True)
+
+    async def call(self, method: str, params: dict[str, Any], *, overtake: bool = False) -> Any:
+        """Send one request and return its result.
+
+        Raises:
+            RemoteError: the server answered an error (`TaskCancelled` if interrupted).
+            ConnectionLost: the connection broke before the reply.
+            ChannelClosed: this client was closed.
+            ProtocolError: the reply was malformed or its id did not match.
+        """
+        if overtake:
+            msg = await self._roundtrip(method, params)
+        else:
+            async with self._lock:
+                msg = await self._roundtrip(method, params)
+        if "error" in msg:
+            raise _remote_error(msg["error"])
+        return msg.get("result")
+
+    async def _roundtrip(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if self._closed:
+            raise ChannelClosed(f"{method}: client is closed")
+        if self._lost is not None or self._transport is None:
+            raise ConnectionLost(f"{method}: connection to {self.url} is lost")
+        self._next_id += 1
+        rid = self._next_id
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        self._transport.write(request_frame(rid, method, params))
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if not fut.done():
+                self._abandoned.add(rid)
+            raise
+        finally:
+            self._pending.pop(rid, None)
+
+    # -- incoming ----------------------------------------------------------------------
+
+    def _on_frame(self, line: bytes) -> None:
+        try:
+            msg = decode(line)
+        except ParseError as exc:
+            self._fail(ProtocolError(f"{self.url}: server sent invalid JSON: {exc}"))
+            return
+        rid = msg.get("id") if isinstance(msg, dict) else None
+        fut = self._pending.get(rid) if isinstance(rid, int) else None
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(msg)
+        elif rid in self._abandoned:
+            self._abandoned.discard(rid)
+        elif rid is None and isinstance(msg, dict) and "error" in msg:
+            self._fail(_remote_error(msg["error"]))
+        else:
+            self._fail(ProtocolError(f"{self.url}: reply id {rid!r} matches no request"))
+
+    def _fail(self, exc: Exception) -> None:
+        if self._lost is None:
+            self._lost = exc
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- capabilities ----------------------------------------------------------------------
+
+    def binding(self, name: str) -> Capability:
+        """The capability `name` with its URL routed through this connection.
+
+        The first call opens a loopback forwarder; each connection to it becomes a
+        `tunnel.open` stream to the server, so the capability is reachable even when
+        its own address is not.
+
+        Raises:
+            KeyError: no such binding (say hello first).
+        """
+        if name in self._forwarders:
+            return self._forwarders[name][0]
+        if self.manifest is None:
+            raise KeyError(f"{name!r}: no manifest yet; call hello() first")
+        cap = next((b for b in self.manifest.bindings if b.name == name), None)
+        if cap is None:
+            known = ", ".join(b.name for b in self.manifest.bindings) or "none"
+            raise KeyError(f"no binding {name!r} (have: {known})")
+        return self.route(cap)
+
+    def route(self, cap: Capability) -> Capability:
+        """Forward any capability (e.g. a per-episode binding) through this connection."""
+        if cap.name in self._forwarders:
+            return self._forwarders[cap.name][0]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        sock.setblocking(False)
+        port = sock.getsockname()[1]
+        parts = urlsplit(cap.url)
+        user = f"{parts.username}@" if parts.username else ""
+        routed = Capability(
+            cap.name,
+            cap.protocol,
+            urlunsplit(
+                (
+                    parts.scheme or "tcp",
+                    f"{user}127.0.0.1:{port}",
+                    parts.path,
+                    parts.query,
+                    parts.fragment,
+                )
+            ),
+            cap.params,
+        )
+        loop = asyncio.get_running_loop()
+        server = loop.create_task(loop.create_server(lambda: _LocalEnd(self, cap.name), sock=sock))
+        self._forwarders[cap.name] = (routed, server)
+        return routed
+
+    async def _tunnel(self, name: str, local: Pipe) -> None:
+        try:
+            await self._dial(lambda: _TunnelClient(name, self._token, local))
+        except OSError:
+            if local.transport is not None:
+                local.transport.close()
+
+    # -- teardown ----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close forwarders and the connection; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for _, task in self._forwarders.values():
+            with contextlib.suppress(Exception):
+                (await task).close()
+        if self._transport is not None:
+            self._transport.close()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ChannelClosed("client closed"))
+        for task in list(self._tunnels):
+            task.cancel()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _ClientProtocol(asyncio.Protocol):
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.buffer = LineBuffer()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            lines = self.buffer.feed(data)
+        except ProtocolError as exc:
+            self.client._fail(exc)
+            return
+        for line in lines:
+            self.client._on_frame(line)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client._fail(
+            ConnectionLost(f"connection to {self.client.url} closed" + (f": {exc}" if exc else ""))
+        )
+
+
+class _LocalEnd(Pipe):
+    """An accepted forwarder connection; dials a tunnel and waits for it."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        super().__init__()
+        self.client = client
+        self.name = name
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        task = asyncio.get_running_loop().create_task(self.client._tunnel(self.name, self))
+        self.client._tunnels.add(task)
+        task.add_done_callback(self.client._tunnels.discard)
+
+
+class _TunnelClient(Pipe):
+    """Our side of a `tunnel.open` stream: preface, one reply frame, then raw bytes."""
+
+    def __init__(self, name: str, token: str | None, local: Pipe) -> None:
+        super().__init__(None)
+        self.name = name
+        self.token = token
+        self.local = local
+        self.buffer: LineBuffer | None = LineBuffer()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        params: dict[str, Any] = {"capability": self.name}
+        if self.token is not None:
+            params["token"] = self.token
+        assert self.transport is not None
+        self.transport.write(request_frame(1, "tunnel.open", params))
+
+    def data_received(self, data: bytes) -> None:
+        if self.buffer is None:
+            super().data_received(data)
+            return
+        frame, rest = self.buffer.feed_first(data)
+        if frame is None:
+            return
+        self.buffer = None
+        try:
+            ok = "result" in decode(frame)
+        except ParseError:
+            ok = False
+        assert self.transport is not None and self.local.transport is not None
+        if not ok:
+            self.transport.close()
+            self.local.transport.close()
+            return
+        self.peer = self.local.transport
+        self.local.attach(self.transport)
+        if rest:
+            self.peer.write(rest)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.local.transport is not None:
+            self.local.transport.close()
+
+
+def _remote_error(err: Any) -> RemoteError:
+    if not isinstance(err, dict):
+        return RemoteError(0, f"malformed error: {err!r}")
+    code, message = err.get("code", 0), str(err.get("message", ""))
+    cls = TaskCancelled if message == INTERRUPTED else RemoteError
+    return cls(code if isinstance(code, int) else 0, message, err.get("data"))
+
+
+def dialer_for(target: str | Server) -> tuple[Dialer, str]:
+    """A dialer and a display URL for `tcp://host:port` or an in-process `Server`."""
+    from ._server import Server
+
+    if isinstance(target, Server):
+        server = target
+
+        async def dial_memory(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+            return server.connect_memory(factory())
+
+        return dial_memory, f"memory://{server.env.name}"
+    scheme = urlsplit(target).scheme if "://" in target else "tcp"
+    if scheme not in ("tcp", "hud", "proctor"):
+        raise ConnectError(f"{target}: unsupported scheme {scheme!r} (use tcp://host:port)")
+    try:
+        host, port = host_port(target)
+    except ValueError as exc:
+        raise ConnectError(str(exc)) from None
+
+    async def dial_tcp(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_connection(factory, host, port)
+        return transport
+
+    return dial_tcp, f"tcp://{host}:{port}"
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    target: str | Server,
+    *,
+    ready_timeout: float = 30.0,
+    token: str | None = None,
+    session_id: str | None = None,
+) -> AsyncIterator[Client]:
+    """Connect and say hello, retrying until the server answers; close on exit.
+
+    Args:
+        target: `tcp://host:port`, or an in-process `Server` (no socket at all).
+        ready_timeout: how long to keep retrying connect + hello.
+        token: shared secret for servers bound beyond loopback.
+        session_id: resume this parked session instead of starting a fresh one.
+
+    Raises:
+        ConnectTimeout: nothing answered hello within `ready_timeout`.
+        ConnectError: the URL is unusable.
+        RemoteError: the server refused hello (bad token, unknown session).
+    """
+    client = await _connect_ready(target, ready_timeout, token, session_id)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _connect_ready(
+    target: str | Server, ready_timeout: float, token: str | None, session_id: str | None
+) -> Client:
+    dial, url = dialer_for(target)
+    deadline = time.monotonic() + ready_timeout
+    delay = 0.005
+    while True:
+        client = Client(dial, url, token=token)
+        try:
+            await client._open()
+            await client.hello(session_id)
+            return client
+        except (OSError, ConnectionLost) as exc:
+            await client.aclose()
+            if time.monotonic() + delay > deadline:
+                raise ConnectTimeout(f"{url}: not ready after {ready_timeout:g}s: {exc}") from exc
+        except BaseException:
+            await client.aclose()
+            raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.25)

@@ -1,0 +1,68 @@
+"""Byte splicing between two transports with flow control, for capability tunnels."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+__all__ = ["Pipe", "host_port"]
+
+
+class Pipe(asyncio.Protocol):
+    """Forward what arrives on this transport to `peer`; mirror closes and back-pressure."""
+
+    def __init__(self, peer: asyncio.Transport | None = None) -> None:
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self._pending: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def attach(self, peer: asyncio.Transport) -> None:
+        """Start forwarding to `peer`, flushing what arrived before."""
+        self.peer = peer
+        for chunk in self._pending:
+            peer.write(chunk)
+        self._pending.clear()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is None:
+            self._pending.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()
+        else:
+            self.peer.write(data)
+
+    def eof_received(self) -> bool:
+        if self.peer is not None and self.peer.can_write_eof() and not self.peer.is_closing():
+            self.peer.write_eof()
+            return True
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None:
+            self.peer.close()
+
+    def pause_writing(self) -> None:
+        if self.peer is not None:
+            self.peer.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None:
+            self.peer.resume_reading()
+
+
+def host_port(url: str) -> tuple[str, int]:
+    """Host and port of a capability or endpoint URL (`tcp://h:p`, `ssh://u@h:p`, ...).
+
+    Raises:
+        ValueError: the URL names no host or port.
+    """
+    parts = urlsplit(url if "://" in url else f"tcp://{url}")
+    if not parts.hostname or parts.port is None:
+        raise ValueError(f"{url!r} names no host:port")
+    return parts.hostname, parts.port

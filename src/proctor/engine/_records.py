@@ -1,0 +1,104 @@
+"""What a rollout leaves behind: `Grade`, `Step`, `Trace`, `RunError`, `Job` stats.
+
+Plain slotted dataclasses (no validation on the hot path); `to_dict()` gives the JSON
+row written to `runs.jsonl`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Grade", "JobStats", "RunError", "Step", "StepKind", "Trace"]
+
+StepKind = Literal["task", "user", "assistant", "tool_call", "tool_result", "model_turn"]
+
+
+@dataclass(slots=True)
+class Grade:
+    """The environment's evaluation of one answer."""
+
+    reward: float
+    subscores: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    content: str | None = None
+    is_error: bool = False
+    done: bool | None = None
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Grade:
+        """Parse a `tasks.grade` result (`score` becomes `reward`)."""
+        score = data.get("score")
+        if (
+            isinstance(score, bool)
+            or not isinstance(score, int | float)
+            or not math.isfinite(score)
+        ):
+            raise ValueError(f"grade has no finite numeric score: {score!r}")
+        return cls(
+            float(score),
+            list(data.get("subscores") or ()),
+            dict(data.get("info") or {}),
+            data.get("content"),
+            bool(data.get("isError", False)),
+            data.get("done"),
+        )
+
+
+@dataclass(slots=True)
+class Step:
+    """One typed event of a trace, with wall-clock start and end (epoch seconds).
+
+    `kind` is `task` (with `phase` setup/evaluate in `data`), `user`, `assistant`,
+    `tool_call`, `tool_result` or `model_turn`.
+    """
+
+    kind: StepKind
+    content: Any = None
+    data: dict[str, Any] | None = None
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(slots=True)
+class Trace:
+    """Everything that happened in one rollout; `content` is the agent's answer."""
+
+    id: str
+    steps: list[Step] = field(default_factory=list)
+    content: Any = None
+
+    def add(
+        self, kind: StepKind, content: Any = None, *, start: float | None = None, **data: Any
+    ) -> Step:
+        """Append a step ending now (starting at `start`, default now) and return it."""
+        now = time.time()
+        step = Step(kind, content, data or None, now if start is None else start, now)
+        self.steps.append(step)
+        return step
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"id": self.id, "content": self.content, "steps": [asdict(s) for s in self.steps]}
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """Why a run failed: the phase, the exception type and its message."""
+
+    phase: str
+    type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """Summary of a job: mean reward over graded runs, errors counted apart."""
+
+    runs: int
+    graded: int
+    errors: int
+    mean_reward: float | None
+    errors_by_phase: dict[str, int]

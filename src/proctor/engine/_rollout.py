@@ -1,0 +1,199 @@
+"""`rollout()` and `run_taskset()`: the engine's two entry points (DESIGN section 1)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from .._errors import RolloutTimeout, RuntimeLaunchError
+from ..channel._client import connect
+from ._job import Job
+from ._run import Run
+from ._timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from ..agents._agent import Agent
+    from ..runtimes._base import ProviderLike
+    from ..tasks._task import Task
+
+__all__ = ["rollout", "run_taskset"]
+
+log = logging.getLogger("proctor.engine")
+
+
+async def rollout(
+    task: Task,
+    agent: Agent,
+    *,
+    runtime: ProviderLike | None = None,
+    job_id: str | None = None,
+    group_id: str | None = None,
+    timeout: Timeouts | float | None = None,  # noqa: ASYNC109 - a Timeouts value
+    trace_id: str | None = None,
+) -> Run:
+    """Run one task end to end and return its `Run`, graded or failed.
+
+    Provider, connection and task are stacked and always unwound, in reverse, within
+    the teardown deadline. A failure anywhere becomes `run.error` (with its phase); only
+    cancellation propagates, after cleanup.
+    """
+    limits = Timeouts.of(timeout)
+    provider = runtime if runtime is not None else default_runtime()
+    run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
+    try:
+        async with _scope(limits.rollout, run):
+            await _drive(run, agent, provider, limits)
+    except asyncio.CancelledError as exc:
+        run.fail(run.phase, exc)
+        raise
+    except RolloutTimeout as exc:
+        run.fail(exc.phase, exc)
+    except Exception as exc:
+        run.fail(run.phase, exc)
+        log.debug("rollout %s failed in %s", run.slug, run.phase, exc_info=True)
+    finally:
+        run.client = None
+        run.ended_at = time.time()
+    return run
+
+
+async def _drive(run: Run, agent: Agent, provider: ProviderLike, limits: Timeouts) -> None:
+    stack = AsyncExitStack()
+    ok = False
+    try:
+        endpoint = await stack.enter_async_context(provider(run.task))
+        run.phase = "connecting"
+        run.client = await stack.enter_async_context(
+            connect(endpoint.target, ready_timeout=limits.connect)
+        )
+        run.phase = "starting"
+        async with _scope(limits.start, run):
+            await run.start()
+        run.phase = "agent"
+        try:
+            async with _scope(limits.agent, run):
+                await agent(run)
+        except BaseException:
+            await _cancel_task(run, limits.teardown)
+            raise
+        run.phase = "grading"
+        async with _scope(limits.grade, run):
+            await run.submit()
+        ok = True
+    finally:
+        if ok:
+            run.phase = "teardown"
+        try:
+            async with asyncio.timeout(limits.teardown):
+                await stack.aclose()
+        except (TimeoutError, Exception) as exc:
+            if ok:
+                if isinstance(exc, TimeoutError):
+                    raise RolloutTimeout("teardown", limits.teardown) from None
+                raise
+            log.debug("teardown after a failure also failed: %r", exc)
+
+
+async def _cancel_task(run: Run, limit: float) -> None:
+    """Tell the environment to drop the task (its teardown runs); never raises."""
+    client = run.client
+    if client is None:
+        return
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(limit):
+            await client.cancel()
+
+
+@contextlib.asynccontextmanager
+async def _scope(limit: float | None, run: Run) -> AsyncIterator[None]:
+    """A deadline that, when it fires, names the phase the run was in."""
+    if limit is None:
+        yield
+        return
+    try:
+        async with asyncio.timeout(limit):
+            yield
+    except TimeoutError:
+        raise RolloutTimeout(run.phase, limit) from None
+
+
+async def run_taskset(
+    tasks: Iterable[Task],
+    agent: Agent,
+    *,
+    runtime: ProviderLike | None = None,
+    group: int | None = 1,
+    max_concurrent: int | None = None,
+    job: Job | None = None,
+    rollout_timeout: Timeouts | float | None = None,
+    on_run: Callable[[Run], Any] | None = None,
+    name: str = "",
+) -> Job:
+    """Run every task `group` times and return the `Job`; never raises for a rollout.
+
+    Rows expand into `(task, group_id)` pairs (repeats of a row share a group id);
+    placement is resolved once; at most `max_concurrent` rollouts run at a time. Runs
+    land in `job.runs` in expansion order; `on_run` hears each as it finishes.
+    """
+    group = group or 1
+    if group < 1:
+        raise ValueError("group must be >= 1")
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ValueError("max_concurrent must be >= 1")
+    job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
+    pairs = [(task, gid) for task in tasks for gid in [uuid.uuid4().hex] for _ in range(group)]
+    provider = runtime if runtime is not None else default_runtime()
+    results: list[Run | None] = [None] * len(pairs)
+    cursor = iter(enumerate(pairs))
+
+    async def worker() -> None:
+        for i, (task, gid) in cursor:
+            run = await rollout(
+                task, agent, runtime=provider, job_id=job.id, group_id=gid, timeout=rollout_timeout
+            )
+            results[i] = run
+            if on_run is not None:
+                on_run(run)
+
+    workers = min(max_concurrent or len(pairs), len(pairs))
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(workers):
+                tg.create_task(worker())
+    finally:
+        job.runs.extend(r for r in results if r is not None)
+    return job
+
+
+def default_runtime() -> ProviderLike:
+    """Placement when none is given: serve each row's environment in this process."""
+    return _InProcess()
+
+
+class _InProcess:
+    """Find each row's `Environment` among those defined in this process."""
+
+    def __init__(self) -> None:
+        from ..runtimes._local import LocalRuntime
+
+        self._runtimes: dict[str, LocalRuntime] = {}
+
+    def __call__(self, task: Task) -> contextlib.AbstractAsyncContextManager[Any]:
+        from ..env._environment import registered
+        from ..runtimes._local import LocalRuntime
+
+        rt = self._runtimes.get(task.env)
+        if rt is None:
+            env = registered(task.env)
+            if env is None:
+                raise RuntimeLaunchError(
+                    f"no environment {task.env!r} is defined in this process; pass runtime="
+                )
+            rt = self._runtimes[task.env] = LocalRuntime(env)
+        return rt(task)

@@ -1,0 +1,184 @@
+"""`Run`: one rollout's live session with the environment, then its record."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._errors import ChannelError, ProtocolError
+from ._records import Grade, RunError, Trace
+
+if TYPE_CHECKING:
+    from ..channel._client import Client
+    from ..env._types import Capability
+    from ..tasks._task import Task
+
+__all__ = ["Run", "RunStatus"]
+
+RunStatus = Literal["pending", "running", "completed", "failed"]
+
+
+class Run:
+    """One rollout of one task.
+
+    While the agent works, `prompt`, `client` and `binding()` are live; the agent
+    records steps on `trace` and puts its final answer in `trace.content`. After the
+    rollout, `status` is `completed` with a `grade`, or `failed` with an `error` naming
+    the phase (provisioning, connecting, starting, agent, grading, teardown).
+    """
+
+    __slots__ = (
+        "client",
+        "ended_at",
+        "error",
+        "grade",
+        "group_id",
+        "job_id",
+        "phase",
+        "prompt",
+        "start_result",
+        "started_at",
+        "status",
+        "task",
+        "trace",
+    )
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        job_id: str | None = None,
+        group_id: str | None = None,
+        trace_id: str | None = None,
+    ) -> None:
+        self.task = task
+        self.job_id = job_id or uuid.uuid4().hex
+        self.group_id = group_id or uuid.uuid4().hex
+        self.trace = Trace(trace_id or uuid.uuid4().hex)
+        self.prompt: Any = None
+        self.start_result: dict[str, Any] = {}
+        self.grade: Grade | None = None
+        self.status: RunStatus = "pending"
+        self.error: RunError | None = None
+        self.phase = "provisioning"
+        self.client: Client | None = None
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+
+    def __repr__(self) -> str:
+        outcome = f"reward={self.reward}" if self.error is None else f"error={self.error.phase}"
+        return f"<Run {self.slug} {self.status} {outcome}>"
+
+    @property
+    def slug(self) -> str:
+        """The task's slug."""
+        return self.task.slug
+
+    @property
+    def trace_id(self) -> str:
+        """The trace's id."""
+        return self.trace.id
+
+    @property
+    def reward(self) -> float | None:
+        """The graded reward, or None when the run failed or is not graded yet."""
+        return self.grade.reward if self.grade is not None and self.error is None else None
+
+    @property
+    def answer(self) -> Any:
+        """The agent's answer (`trace.content`)."""
+        return self.trace.content
+
+    @answer.setter
+    def answer(self, value: Any) -> None:
+        self.trace.content = value
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to end, once ended."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+    def binding(self, name: str) -> Capability:
+        """A capability (environment-wide or this episode's) routed to a local URL.
+
+        Raises:
+            KeyError: no such capability.
+        """
+        client = self._live()
+        for raw in self.start_result.get("bindings") or ():
+            if isinstance(raw, dict) and raw.get("name") == name:
+                from ..env._types import Capability
+
+                return client.route(Capability.from_manifest(raw))
+        return client.binding(name)
+
+    async def start(self) -> None:
+        """Send `tasks.start` and record the prompt (the engine calls this)."""
+        t0 = time.time()
+        result = await self._live().start_task(self.task.id, self.task.args)
+        if not isinstance(result, dict):
+            raise ProtocolError(f"tasks.start returned {type(result).__name__}, not an object")
+        self.start_result = result
+        self.prompt = result.get("prompt")
+        self.status = "running"
+        self.trace.add("task", None, start=t0, phase="setup")
+        if self.prompt is not None:
+            self.trace.add("user", self.prompt)
+
+    async def submit(self) -> Grade:
+        """Send `tasks.grade` with `trace.content` and record the grade."""
+        t0 = time.time()
+        result = await self._live().grade(self.trace.content)
+        try:
+            grade = Grade.from_wire(result)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ProtocolError(f"tasks.grade returned a bad result: {exc}") from None
+        self.grade = grade
+        self.trace.add("task", result, start=t0, phase="evaluate")
+        self.status = "completed"
+        return grade
+
+    def fail(self, phase: str, exc: BaseException) -> None:
+        """Mark the run failed in `phase` with `exc` (the engine calls this)."""
+        self.status = "failed"
+        self.error = RunError(phase, type(exc).__name__, str(exc) or type(exc).__name__)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON row for this run (task, grade, error, trace, timing)."""
+        grade = self.grade
+        return {
+            "task": self.task.model_dump(mode="json", exclude_none=True),
+            "slug": self.slug,
+            "job_id": self.job_id,
+            "group_id": self.group_id,
+            "trace_id": self.trace_id,
+            "status": self.status,
+            "reward": self.reward,
+            "prompt": self.prompt,
+            "grade": None
+            if grade is None
+            else {
+                "reward": grade.reward,
+                "subscores": grade.subscores,
+                "info": grade.info,
+                "content": grade.content,
+                "is_error": grade.is_error,
+                "done": grade.done,
+            },
+            "error": None
+            if self.error is None
+            else {
+                "phase": self.error.phase,
+                "type": self.error.type,
+                "message": self.error.message,
+            },
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "trace": self.trace.to_dict(),
+        }
+
+    def _live(self) -> Client:
+        if self.client is None:
+            raise ChannelError("this run has no live connection")
+        return self.client

@@ -1,0 +1,119 @@
+"""`TaskRunner`: drives one template generator from its first yield to its second."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from .._errors import TaskError
+from ._template import Template
+from ._types import EvaluationResult
+
+__all__ = ["TaskRunner"]
+
+
+class TaskRunner:
+    """One suspended task: `start` runs to the prompt, `grade` to the score.
+
+    Single use: grade or cancel consumes the generator and runs its teardown.
+    """
+
+    __slots__ = ("_gen", "_kwargs", "bindings", "template")
+
+    def __init__(self, template: Template, args: dict[str, Any]) -> None:
+        """Bind args now, so bad args fail before any task code runs.
+
+        Raises:
+            TaskError: unknown, missing or ill-typed args.
+        """
+        self.template = template
+        self._kwargs = template.bind(args)
+        self._gen: AsyncGenerator[Any, Any] | None = None
+        self.bindings: list[dict[str, Any]] = []
+
+    @property
+    def task_id(self) -> str:
+        """The template id this runner drives."""
+        return self.template.id
+
+    async def start(self) -> dict[str, Any]:
+        """Run to the first yield and return the prompt frame.
+
+        Raises:
+            TaskError: the task raised, ended early, or yielded no prompt.
+        """
+        self._gen = self.template.fn(**self._kwargs)
+        try:
+            first = await self._gen.__anext__()
+        except StopAsyncIteration:
+            raise TaskError(f"{self.task_id}: ended before yielding a prompt") from None
+        except Exception as exc:
+            raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
+        if isinstance(first, str | list):
+            return {"prompt": first}
+        if isinstance(first, dict) and "prompt" in first:
+            self.bindings = list(first.get("bindings") or ())
+            return first
+        await self.cancel()
+        raise TaskError(
+            f"{self.task_id}: first yield must be a str, a list of messages or "
+            f"a dict with 'prompt'; got {type(first).__name__}"
+        )
+
+    async def grade(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Send the answer in and return the normalized second yield.
+
+        Raises:
+            TaskError: the task raised or its score is not a finite number.
+        """
+        gen = self._gen
+        if gen is None:
+            raise TaskError(f"{self.task_id}: grade before start")
+        self._gen = None
+        try:
+            second = await gen.asend(self.template.parse_answer(payload.get("answer")))
+        except StopAsyncIteration:
+            return {"score": 0.0}
+        except Exception as exc:
+            raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
+        try:
+            return self._normalize(second)
+        finally:
+            await _close(gen, self.task_id)
+
+    async def cancel(self) -> None:
+        """Close the generator (its `finally` blocks run); safe to call twice."""
+        gen, self._gen = self._gen, None
+        if gen is not None:
+            await _close(gen, self.task_id)
+
+    def _normalize(self, value: Any) -> dict[str, Any]:
+        if isinstance(value, bool | int | float):
+            return {"score": self._finite(value)}
+        if isinstance(value, EvaluationResult):
+            wire = value.to_wire()
+            wire["score"] = self._finite(wire["score"])
+            return wire
+        if isinstance(value, dict) and "score" in value:
+            out = dict(value)
+            out["score"] = self._finite(value["score"])
+            return out
+        raise TaskError(
+            f"{self.task_id}: second yield must be a number, an EvaluationResult "
+            f"or a dict with a numeric 'score'; got {type(value).__name__}"
+        )
+
+    def _finite(self, score: Any) -> float:
+        if isinstance(score, bool | int | float):
+            f = float(score)
+            if math.isfinite(f):
+                return f
+        raise TaskError(f"{self.task_id}: score must be a finite number; got {score!r}")
+
+
+async def _close(gen: AsyncGenerator[Any, Any], task_id: str) -> None:
+    try:
+        await gen.aclose()
+    except Exception as exc:
+        raise TaskError(f"{task_id}: teardown failed: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,75 @@
+"""The provider contract: `(task) -> async context manager yielding an Endpoint`."""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from ..channel._server import Server
+    from ..tasks._task import Task
+
+__all__ = ["Endpoint", "Provider", "ProviderLike", "Runtime"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a served environment answers.
+
+    `url` is `tcp://host:port` for anything reachable over a socket. An in-process
+    endpoint also carries its `server`, and `connect()` then talks to it in memory;
+    call `await endpoint.tcp_url()` when something outside the process needs an address.
+    """
+
+    url: str
+    server: Server | None = None
+
+    @property
+    def target(self) -> str | Server:
+        """What `connect()` takes: the in-process server if any, else the URL."""
+        return self.server if self.server is not None else self.url
+
+    async def tcp_url(self) -> str:
+        """A `tcp://` address for this endpoint, binding a loopback listener if needed."""
+        if self.server is None:
+            return self.url
+        host, port = await self.server.tcp_address()
+        return f"tcp://{host}:{port}"
+
+
+class Provider(ABC):
+    """Brings an environment up for one task and tears it down after.
+
+    Calling the provider returns an async context manager; entering it yields the
+    `Endpoint`; leaving it (on success, error, timeout or cancellation) must stop
+    everything it started, within a bounded time, and never leave a process behind.
+    """
+
+    @abstractmethod
+    def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
+        """Acquire a substrate serving `task.env`."""
+
+
+ProviderLike: TypeAlias = "Provider | Callable[[Task], AbstractAsyncContextManager[Endpoint]]"
+"""Any callable with the provider shape is accepted where a `Provider` is."""
+
+
+class Runtime(Provider):
+    """An environment already served elsewhere: the URL passes straight through."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.url!r})"
+
+    def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
+        return self._endpoint()
+
+    @contextlib.asynccontextmanager
+    async def _endpoint(self) -> AsyncIterator[Endpoint]:
+        yield Endpoint(self.url)

@@ -1,0 +1,145 @@
+"""`LocalRuntime`: serve the environment in this process, over an in-memory transport."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from .._errors import RuntimeLaunchError, SourceError
+from .._loader import source_modules
+from ..channel._server import DEFAULT_PARK_TTL, Server
+from ..env._environment import Environment
+from ._base import Endpoint, Provider
+
+if TYPE_CHECKING:
+    from ..tasks._task import Task
+
+__all__ = ["EnvSource", "LocalRuntime", "find_environment"]
+
+EnvSource: TypeAlias = Environment | str | Path | Callable[[], Any]
+"""An environment object, a path to Python source, or a factory returning one."""
+
+
+class LocalRuntime(Provider):
+    """Serve in this process: no socket unless something outside asks for an address.
+
+    The environment starts (initialize hooks) when the first overlapping rollout
+    arrives and stops (shutdown hooks) when the last one leaves; enter the runtime as
+    an async context manager to keep one server up across a whole batch. Environment
+    code shares this event loop, so blocking code stalls other rollouts: use
+    `SubprocessRuntime` for isolation.
+    """
+
+    def __init__(
+        self, source: EnvSource, *, env_name: str | None = None, park_ttl: float | None = None
+    ) -> None:
+        self.source = source
+        self.env_name = env_name
+        self._park_ttl = park_ttl
+        self._env: Environment | None = None
+        self._server: Server | None = None
+        self._users = 0
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"LocalRuntime({self.source!r})"
+
+    def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
+        return self._endpoint(task.env)
+
+    @contextlib.asynccontextmanager
+    async def _endpoint(self, env_name: str) -> AsyncIterator[Endpoint]:
+        server = await self._acquire(env_name)
+        try:
+            yield Endpoint(f"memory://{server.env.name}", server)
+        finally:
+            await asyncio.shield(self._release())
+
+    async def __aenter__(self) -> LocalRuntime:
+        await self._acquire(self.env_name)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._release()
+
+    async def _acquire(self, env_name: str | None) -> Server:
+        if self._users and self._server is not None:
+            self._check(self._server.env, env_name)
+            self._users += 1
+            return self._server
+        async with self._lock:
+            if self._server is None:
+                env = await self._load(env_name)
+                try:
+                    await env.start()
+                except Exception as exc:
+                    raise RuntimeLaunchError(f"{env.name}: initialize failed: {exc!r}") from exc
+                self._server = Server(env, park_ttl=self._park_ttl or DEFAULT_PARK_TTL)
+            self._check(self._server.env, env_name)
+            self._users += 1
+            return self._server
+
+    async def _release(self) -> None:
+        self._users -= 1
+        if self._users or self._server is None:
+            return
+        server, self._server = self._server, None
+        try:
+            await server.aclose()
+        finally:
+            await server.env.stop()
+
+    async def _load(self, env_name: str | None) -> Environment:
+        if self._env is None:
+            self._env = await _resolve(self.source, env_name or self.env_name)
+        return self._env
+
+    def _check(self, env: Environment, env_name: str | None) -> None:
+        if env_name and env_name != env.name:
+            raise RuntimeLaunchError(
+                f"task wants environment {env_name!r} but {self.source!r} serves {env.name!r}"
+            )
+
+
+async def _resolve(source: EnvSource, env_name: str | None) -> Environment:
+    if isinstance(source, Environment):
+        return source
+    if isinstance(source, str | Path):
+        try:
+            return find_environment(source, env_name)
+        except SourceError as exc:
+            raise RuntimeLaunchError(str(exc)) from exc
+    made = source()
+    if inspect.isawaitable(made):
+        made = await made
+    if not isinstance(made, Environment):
+        raise RuntimeLaunchError(f"{source!r} returned {type(made).__name__}, not an Environment")
+    return made
+
+
+def find_environment(source: str | Path, name: str | None = None) -> Environment:
+    """The `Environment` defined in a source file or folder (by name when several).
+
+    Raises:
+        SourceError: the source fails to load, or holds no (or no such) environment.
+    """
+    envs: dict[str, Environment] = {}
+    for module in source_modules(source):
+        for value in vars(module).values():
+            if isinstance(value, Environment):
+                envs.setdefault(value.name, value)
+    if name is not None:
+        if name not in envs:
+            raise SourceError(
+                f"{source}: no environment named {name!r} (found: {', '.join(envs) or 'none'})"
+            )
+        return envs[name]
+    if len(envs) != 1:
+        found = ", ".join(envs) or "none"
+        raise SourceError(f"{source}: expected one Environment, found {found}; pass --env NAME")
+    return next(iter(envs.values()))

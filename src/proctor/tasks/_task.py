@@ -1,0 +1,47 @@
+"""The `Task` row: a template id plus bound args, portable anywhere."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["Task", "args_digest"]
+
+
+def args_digest(args: dict[str, Any]) -> str:
+    """A short hash of the canonical JSON of `args` (sorted keys), stable across runs."""
+    canonical = orjson.dumps(args, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.sha256(canonical).hexdigest()[:8]
+
+
+class Task(BaseModel):
+    """One runnable row: which environment, which template, with which args.
+
+    `model_dump()` and `Task.model_validate()` are the whole codec.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str
+    """Name of the environment the row belongs to."""
+    id: str
+    """Template id registered on the environment."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Arguments bound into the template."""
+    slug: str = ""
+    """Stable key for lookup and filtering; defaults to id plus a hash of the args."""
+    columns: dict[str, Any] | None = None
+    """Metadata facets (difficulty, split, ...)."""
+    agent_config: dict[str, Any] | None = None
+    """Per-row agent overrides, e.g. `{"max_steps": 50}`."""
+    runtime_config: dict[str, Any] | None = None
+    """Per-row launch hints (image, resources); runtimes apply what they support."""
+
+    @model_validator(mode="after")
+    def _default_slug(self) -> Task:
+        if not self.slug:
+            self.slug = f"{self.id}-{args_digest(self.args)}" if self.args else self.id
+        return self

@@ -1,0 +1,387 @@
+"""`Taskset`: a named, ordered collection of `Task` rows, and its file formats."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import ValidationError
+
+from .._errors import SourceError, TasksetError
+from .._loader import source_modules
+from ._task import Task
+
+if TYPE_CHECKING:
+    from ..engine import Job
+
+__all__ = ["Taskset"]
+
+_Loaded = tuple[str | None, list[Task]]  # (name the file gives itself, rows)
+
+
+class Taskset:
+    """A named, ordered collection of `Task` rows with unique slugs.
+
+    Index it by slug (`ts["add-1a2b3c4d"]`) or by position (`ts[0]`).
+
+    Args:
+        name: Name of the taskset, used in job records.
+        tasks: The rows, in run order.
+
+    Raises:
+        TasksetError: two rows share a slug.
+        TypeError: an item is not a `Task`.
+    """
+
+    def __init__(self, name: str, tasks: Iterable[Task] = ()) -> None:
+        self._name = name
+        self._tasks = tuple(tasks)
+        self._index: dict[str, Task] = {}
+        for task in self._tasks:
+            if not isinstance(task, Task):
+                raise TypeError(f"taskset {name!r}: expected Task, got {type(task).__name__}")
+            if task.slug in self._index:
+                raise TasksetError(f"taskset {name!r}: duplicate slug {task.slug!r}")
+            self._index[task.slug] = task
+
+    @property
+    def name(self) -> str:
+        """Name of the taskset."""
+        return self._name
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The rows, in order."""
+        return self._tasks
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._tasks)
+
+    def __getitem__(self, key: str | int) -> Task:
+        if isinstance(key, str):
+            try:
+                return self._index[key]
+            except KeyError:
+                raise KeyError(self._missing([key])) from None
+        return self._tasks[key]
+
+    def __contains__(self, slug: object) -> bool:
+        return isinstance(slug, str) and slug in self._index
+
+    def __repr__(self) -> str:
+        return f"<Taskset {self._name!r}: {len(self)} tasks>"
+
+    def filter(self, slugs: Iterable[str]) -> Taskset:
+        """The rows whose slug is in `slugs`, in this taskset's order.
+
+        Args:
+            slugs: Slugs to keep; a single string counts as one slug.
+
+        Raises:
+            TasksetError: a slug is not in this taskset (a typo must not run nothing).
+        """
+        keep = self._known(slugs)
+        return Taskset(self._name, (t for t in self._tasks if t.slug in keep))
+
+    def exclude(self, slugs: Iterable[str]) -> Taskset:
+        """The rows whose slug is not in `slugs`, in this taskset's order.
+
+        Args:
+            slugs: Slugs to drop; a single string counts as one slug.
+
+        Raises:
+            TasksetError: a slug is not in this taskset.
+        """
+        drop = self._known(slugs)
+        return Taskset(self._name, (t for t in self._tasks if t.slug not in drop))
+
+    def _known(self, slugs: Iterable[str]) -> set[str]:
+        wanted = [slugs] if isinstance(slugs, str) else list(slugs)
+        unknown = [s for s in dict.fromkeys(wanted) if s not in self._index]
+        if unknown:
+            raise TasksetError(self._missing(unknown))
+        return set(wanted)
+
+    def _missing(self, slugs: Sequence[str]) -> str:
+        what = ("task " if len(slugs) == 1 else "tasks ") + ", ".join(map(repr, slugs))
+        close = difflib.get_close_matches(slugs[0], self._index, n=3)
+        if close:
+            hint = f"did you mean {', '.join(map(repr, close))}?"
+        elif self._index:
+            known = ", ".join(map(repr, list(self._index)[:5]))
+            hint = f"known: {known}" + (f", ... ({len(self)} in all)" if len(self) > 5 else "")
+        else:
+            hint = "it is empty"
+        return f"no {what} in taskset {self._name!r}; {hint}"
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], name: str | None = None) -> Taskset:
+        """Load a taskset from `.json`, `.jsonl`, a `.py` source or a directory.
+
+        A `.json` file holds an array of rows or `{"name": ..., "tasks": [...]}`; a
+        `.jsonl` file one row per line. A `.py` file (or a folder of them, or a package)
+        contributes every `Task`, `Taskset` and list or tuple of `Task` among its module
+        globals, in definition order; the same object seen twice counts once. A folder
+        with no Python files may hold exactly one `tasks.json` or `tasks.jsonl`.
+
+        Args:
+            path: The file or directory.
+            name: Overrides the name; defaults to the name the file gives (a JSON
+                object's `name`, or a module's only `Taskset`), else the file stem.
+
+        Raises:
+            TasksetError: the file is missing, unreadable or malformed; the message
+                names the file and, where known, the line.
+        """
+        source = Path(path)
+        if not source.exists():
+            raise TasksetError(f"{source}: no such file")
+        if source.is_dir():
+            given, tasks = _load_dir(source)
+            stem = source.resolve().name
+        elif source.suffix in _LOADERS:
+            given, tasks = _LOADERS[source.suffix](source)
+            stem = source.stem
+        else:
+            raise TasksetError(
+                f"{source}: unknown taskset format {source.suffix!r}; "
+                "expected .json, .jsonl, .py or a directory"
+            )
+        try:
+            return cls(name or given or stem, tasks)
+        except TasksetError as exc:
+            raise TasksetError(f"{source}: {exc}") from None
+
+    def to_file(self, path: str | os.PathLike[str]) -> None:
+        """Write the rows atomically as a `.json` array (indented) or `.jsonl` lines.
+
+        `Taskset.from_file(path)` reads back equal rows. The name is not stored.
+
+        Raises:
+            TasksetError: the suffix is neither `.json` nor `.jsonl`.
+            OSError: the file could not be written.
+        """
+        target = Path(path)
+        rows = [task.model_dump(mode="json", exclude_none=True) for task in self._tasks]
+        if target.suffix == ".json":
+            data = orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n"
+        elif target.suffix == ".jsonl":
+            data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
+        else:
+            raise TasksetError(f"{target}: cannot write {target.suffix!r}; use .json or .jsonl")
+        _write_atomic(target, data)
+
+    async def run(
+        self,
+        agent: Any,
+        *,
+        runtime: Any = None,
+        group: int = 1,
+        max_concurrent: int | None = None,
+        job: Any = None,
+        rollout_timeout: float | None = None,
+    ) -> Job:
+        """Run every row with `agent` and collect the results.
+
+        A thin front for `proctor.engine.run_taskset`, which documents every option.
+
+        Returns:
+            The `Job`, holding one `Run` per row and group member.
+        """
+        from ..engine import run_taskset  # lazy: the engine imports this module
+
+        return await run_taskset(
+            self,
+            agent,
+            runtime=runtime,
+            group=group,
+            max_concurrent=max_concurrent,
+            job=job,
+            rollout_timeout=rollout_timeout,
+        )
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise TasksetError(f"{path}: {exc.strerror or exc}") from exc
+
+
+def _load_jsonl(path: Path) -> _Loaded:
+    rows: list[object] = []
+    lines: list[int] = []
+    for lineno, raw in enumerate(_read(path).split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append(orjson.loads(raw))
+        except orjson.JSONDecodeError as exc:
+            raise TasksetError(
+                f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+            ) from exc
+        lines.append(lineno)
+    return None, _validate(path, rows, lines.__getitem__)
+
+
+def _load_json(path: Path) -> _Loaded:
+    data = _read(path)
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TasksetError(
+            f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+        ) from exc
+    if isinstance(doc, list):
+        name, rows = None, doc
+    elif (
+        isinstance(doc, dict)
+        and doc.keys() <= {"name", "tasks"}
+        and isinstance(doc.get("name", ""), str)
+        and isinstance(doc.get("tasks"), list)
+    ):
+        name, rows = doc.get("name"), doc["tasks"]
+    else:
+        raise TasksetError(
+            f'{path}: expected a JSON array of tasks or {{"name": str, "tasks": [...]}}'
+        )
+    # Row line numbers cost a second parse, so they are found only when reporting an error.
+    starts = functools.cache(lambda: _row_lines(data.decode()))
+    return name, _validate(path, rows, lambda i: starts()[i])
+
+
+def _validate(path: Path, rows: Sequence[object], line_of: Callable[[int], int]) -> list[Task]:
+    tasks: list[Task] = []
+    first: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        try:
+            task = Task.model_validate(row)
+        except ValidationError as exc:
+            raise TasksetError(f"{path}:{line_of(i)}: invalid task: {_summary(exc)}") from exc
+        if first.setdefault(task.slug, i) != i:
+            raise TasksetError(
+                f"{path}:{line_of(i)}: duplicate slug {task.slug!r} "
+                f"(first on line {line_of(first[task.slug])})"
+            )
+        tasks.append(task)
+    return tasks
+
+
+def _summary(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, err['loc']))}: {err['msg']}" if err["loc"] else err["msg"]
+        for err in exc.errors(include_url=False)
+    )
+
+
+def _row_lines(text: str) -> list[int]:
+    """The line each row starts on, in a well-formed JSON taskset document."""
+    decoder = json.JSONDecoder()
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in " \t\n\r":
+            i += 1
+        return i
+
+    i = skip(0)
+    if text[i] == "{":
+        i = skip(i + 1)
+        while True:
+            key, i = decoder.raw_decode(text, i)
+            i = skip(skip(i) + 1)  # past the colon
+            if key == "tasks":
+                break
+            i = skip(decoder.raw_decode(text, i)[1])
+            i = skip(i + 1)  # past the comma
+    lines: list[int] = []
+    line, pos = 1, 0
+    i = skip(i + 1)  # past the bracket
+    while text[i] != "]":
+        line, pos = line + text.count("\n", pos, i), i
+        lines.append(line)
+        i = skip(decoder.raw_decode(text, i)[1])
+        if text[i] == ",":
+            i = skip(i + 1)
+    return lines
+
+
+def _load_py(path: Path) -> _Loaded:
+    try:
+        modules = source_modules(path)
+    except SourceError as exc:
+        raise TasksetError(str(exc)) from exc
+    found: list[Task] = []
+    tasksets: list[Taskset] = []
+    for module in modules:
+        items = _module_items(module)
+        if not items:
+            raise TasksetError(f"{module.__file__}: defines no Task, Taskset or list of Task")
+        for item in items:
+            if isinstance(item, Taskset) and item not in tasksets:
+                tasksets.append(item)
+            found.extend(item)
+    unique = list({id(task): task for task in found}.values())
+    if len(tasksets) == 1 and len(unique) == len(tasksets[0]):
+        return tasksets[0].name, list(tasksets[0])
+    return None, unique
+
+
+def _module_items(module: ModuleType) -> list[Taskset | Sequence[Task]]:
+    items: list[Taskset | Sequence[Task]] = []
+    for value in vars(module).values():
+        if isinstance(value, Task):
+            items.append([value])
+        elif isinstance(value, Taskset) or (
+            isinstance(value, list | tuple) and value and all(isinstance(v, Task) for v in value)
+        ):
+            items.append(value)
+    return items
+
+
+def _load_dir(path: Path) -> _Loaded:
+    if any(path.glob("*.py")):
+        return _load_py(path)
+    files = [p for p in (path / "tasks.json", path / "tasks.jsonl") if p.is_file()]
+    if len(files) != 1:
+        raise TasksetError(
+            f"{path}: expected Python files or exactly one of tasks.json, tasks.jsonl"
+        )
+    return _LOADERS[files[0].suffix](files[0])
+
+
+_LOADERS: dict[str, Callable[[Path], _Loaded]] = {
+    ".json": _load_json,
+    ".jsonl": _load_jsonl,
+    ".py": _load_py,
+}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644  # mkstemp creates 0600; a taskset file is meant to be shared
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
