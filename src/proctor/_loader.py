@@ -35,7 +35,13 @@ def load_module(path: str | Path) -> ModuleType:
     for entry in (folder, parent):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    name = resolved.name if resolved.is_dir() else f"_proctor_src_{resolved.stem}_{len(_LOADED)}"
+    name = resolved.name if resolved.is_dir() else resolved.stem
+    existing = sys.modules.get(name)
+    if existing is not None:
+        if Path(getattr(existing, "__file__", "") or "").resolve() == target:
+            _LOADED[resolved] = existing  # already imported by a sibling's plain import
+            return existing
+        name = f"_proctor_src_{resolved.stem}_{len(_LOADED)}"
     spec = importlib.util.spec_from_file_location(name, target)
     if spec is None or spec.loader is None:
         raise SourceError(f"{path}: not a Python source")
