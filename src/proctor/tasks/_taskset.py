@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import ValidationError
@@ -21,7 +21,9 @@ from .._loader import source_modules
 from ._task import Task
 
 if TYPE_CHECKING:
-    from ..engine import Job
+    from ..agents._agent import Agent
+    from ..engine import Job, Timeouts
+    from ..runtimes._base import ProviderLike
 
 __all__ = ["Taskset"]
 
@@ -133,7 +135,7 @@ class Taskset:
         A `.json` file holds an array of rows or `{"name": ..., "tasks": [...]}`; a
         `.jsonl` file one row per line. A `.py` file (or a folder of them, or a package)
         contributes every `Task`, `Taskset` and list or tuple of `Task` among its module
-        globals, in definition order; the same object seen twice counts once. A folder
+        globals, in definition order; an equal row seen twice counts once. A folder
         with no Python files may hold exactly one `tasks.json` or `tasks.jsonl`.
 
         Args:
@@ -185,13 +187,13 @@ class Taskset:
 
     async def run(
         self,
-        agent: Any,
+        agent: Agent,
         *,
-        runtime: Any = None,
+        runtime: ProviderLike | None = None,
         group: int = 1,
         max_concurrent: int | None = None,
-        job: Any = None,
-        rollout_timeout: float | None = None,
+        job: Job | None = None,
+        rollout_timeout: Timeouts | float | None = None,
     ) -> Job:
         """Run every row with `agent` and collect the results.
 
@@ -329,13 +331,32 @@ def _load_py(path: Path) -> _Loaded:
         if not items:
             raise TasksetError(f"{module.__file__}: defines no Task, Taskset or list of Task")
         for item in items:
-            if isinstance(item, Taskset) and item not in tasksets:
+            # A sibling import re-runs a module under its own name, so the same row or
+            # taskset can come back as an equal copy rather than the same object.
+            if isinstance(item, Taskset) and not any(_same(item, t) for t in tasksets):
                 tasksets.append(item)
             found.extend(item)
-    unique = list({id(task): task for task in found}.values())
+    unique = _distinct(found)
     if len(tasksets) == 1 and len(unique) == len(tasksets[0]):
         return tasksets[0].name, list(tasksets[0])
     return None, unique
+
+
+def _distinct(tasks: Iterable[Task]) -> list[Task]:
+    unique: list[Task] = []
+    first: dict[str, Task] = {}
+    for task in tasks:
+        seen = first.get(task.slug)
+        if seen is None:
+            first[task.slug] = task
+            unique.append(task)
+        elif seen != task:
+            unique.append(task)  # a different row under a taken slug: Taskset reports it
+    return unique
+
+
+def _same(a: Taskset, b: Taskset) -> bool:
+    return a.name == b.name and a.tasks == b.tasks
 
 
 def _module_items(module: ModuleType) -> list[Taskset | Sequence[Task]]:
