@@ -1,8 +1,16 @@
-"""Sans-IO framing: compact UTF-8 JSON objects, one per line, at most 16 MiB each."""
+"""Sans-IO framing: compact UTF-8 JSON objects, one per line, at most 16 MiB each.
+
+Integers of any size cross the wire exactly (a request id of 2**64 is echoed as sent).
+orjson reads integers beyond 64 bits as floats, so a frame with a run of 19 or more
+digits is read again by the stdlib, which keeps them exact; only when such a frame is
+also nested deeper than the interpreter's recursion limit does orjson's float stand.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from typing import Any
 
 import orjson
@@ -20,17 +28,32 @@ class ParseError(ProtocolError):
 
 
 class FrameTooLarge(ProtocolError):
-    """A line grew past the frame limit before its newline arrived."""
+    """A line grew past the frame limit; `frames` are the complete ones before it."""
+
+    def __init__(self, message: str, frames: list[bytes]) -> None:
+        super().__init__(message)
+        self.frames = frames
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def encode(obj: Any) -> bytes:
-    """Serialize one frame, newline included, compact and UTF-8."""
+    """Serialize one frame, newline included, compact and UTF-8.
+
+    Raises:
+        TypeError: `obj` is not JSON (unknown types, NaN, cycles, lone surrogates).
+    """
     try:
         return orjson.dumps(obj) + b"\n"
     except TypeError:
-        # orjson refuses integers past 64 bits and non-string keys; stdlib does not.
+        pass
+    # orjson refuses integers past 64 bits and non-string keys; the stdlib does not.
+    try:
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return text.encode() + b"\n"
+    except ValueError as exc:
+        raise TypeError(f"not JSON: {exc}") from None
 
 
 def decode(line: bytes) -> Any:
@@ -40,9 +63,13 @@ def decode(line: bytes) -> Any:
         ParseError: the bytes are not one valid UTF-8 JSON value.
     """
     try:
-        return orjson.loads(line)
+        value = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise ParseError(f"parse error: {exc}") from None
+    if _LONG_DIGITS.search(line):
+        with contextlib.suppress(RecursionError):
+            value = json.loads(line)
+    return value
 
 
 class LineBuffer:
@@ -58,27 +85,22 @@ class LineBuffer:
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the complete frames they finish, in order.
 
-        Blank lines are skipped. Raises `FrameTooLarge` when the pending frame passes the
-        limit; the buffer is then useless and the connection should close.
+        Blank lines are skipped. Raises `FrameTooLarge` (carrying the complete frames
+        before the oversized one) when a frame passes the limit; the buffer is then
+        useless and the connection should close.
         """
         if b"\n" not in data:
-            self._push(data)
+            self._push(data, [])
             return []
         parts = data.split(b"\n")
-        first = parts[0]
-        if self._chunks:
-            self._push(first)
-            first = b"".join(self._chunks)
-            self._chunks.clear()
-            self._size = 0
-        frames = [first, *parts[1:-1]]
-        self._push(parts[-1])
-        out = []
-        for frame in frames:
+        out: list[bytes] = []
+        self._push(parts[0], out)
+        for frame in [self.drain(), *parts[1:-1]]:
             if len(frame) > self.limit:
-                raise FrameTooLarge(f"frame of {len(frame)} bytes exceeds {self.limit}")
+                raise FrameTooLarge(f"frame of {len(frame)} bytes exceeds {self.limit}", out)
             if frame.strip():
                 out.append(frame)
+        self._push(parts[-1], out)
         return out
 
     def feed_first(self, data: bytes) -> tuple[bytes | None, bytes]:
@@ -88,7 +110,7 @@ class LineBuffer:
         """
         while True:
             head, sep, rest = data.partition(b"\n")
-            self._push(head)
+            self._push(head, [])
             if not sep:
                 return None, b""
             frame = self.drain()
@@ -103,10 +125,10 @@ class LineBuffer:
         self._size = 0
         return rest
 
-    def _push(self, data: bytes) -> None:
+    def _push(self, data: bytes, before: list[bytes]) -> None:
         if not data:
             return
         self._size += len(data)
         if self._size > self.limit:
-            raise FrameTooLarge(f"frame exceeds {self.limit} bytes")
+            raise FrameTooLarge(f"frame exceeds {self.limit} bytes", before)
         self._chunks.append(data)
