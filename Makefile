@@ -19,8 +19,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 $(PEERS)/.installed:
 	$(PY) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install -q --upgrade pip
-	$(PEERS)/bin/python -m pip install -q 'hud==0.6.21' 'typer<0.29'
-	$(PEERS)/bin/python -m pip install -q -e .
+	$(PEERS)/bin/python -m pip install -q -e '.[hud]'
 	touch $(PEERS)/.installed
 
 peers: $(PEERS)/.installed
