@@ -40,15 +40,24 @@ async def rollout(
     """Run one task end to end and return its `Run`, graded or failed.
 
     Provider, connection and task are stacked and always unwound, in reverse, within
-    the teardown deadline. A failure anywhere becomes `run.error` (with its phase); only
-    cancellation propagates, after cleanup.
+    the teardown deadline, which the rollout deadline never cuts short. A failure
+    anywhere becomes `run.error` (with its phase); only cancellation propagates, after
+    cleanup.
     """
     limits = Timeouts.of(timeout)
     provider = runtime if runtime is not None else default_runtime()
     run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
+    stack = AsyncExitStack()
     try:
-        async with _scope(limits.rollout, run):
-            await _drive(run, agent, provider, limits)
+        try:
+            async with _scope(limits.rollout, run):
+                await _drive(run, agent, provider, limits, stack)
+        except BaseException:
+            await _abandon(run, stack, limits.teardown)
+            raise
+        run.phase = "teardown"
+        async with _scope(limits.teardown, run):
+            await stack.aclose()
     except asyncio.CancelledError as exc:
         run.fail(run.phase, exc)
         raise
@@ -63,63 +72,61 @@ async def rollout(
     return run
 
 
-async def _drive(run: Run, agent: Agent, provider: ProviderLike, limits: Timeouts) -> None:
-    stack = AsyncExitStack()
-    ok = False
+async def _drive(
+    run: Run, agent: Agent, provider: ProviderLike, limits: Timeouts, stack: AsyncExitStack
+) -> None:
+    endpoint = await stack.enter_async_context(provider(run.task))
+    run.phase = "connecting"
+    run.client = await stack.enter_async_context(
+        connect(endpoint.target, ready_timeout=limits.connect)
+    )
+    run.phase = "starting"
+    async with _scope(limits.start, run):
+        await run.start()
+    run.phase = "agent"
+    async with _scope(limits.agent, run):
+        await agent(run)
+    run.phase = "grading"
+    async with _scope(limits.grade, run):
+        await run.submit()
+
+
+async def _abandon(run: Run, stack: AsyncExitStack, limit: float) -> None:
+    """Unwind a failed or cancelled rollout; never raises (the first failure wins).
+
+    The task is cancelled explicitly: a dropped connection would only park it, and a
+    shared server would keep it for the park TTL.
+    """
     try:
-        endpoint = await stack.enter_async_context(provider(run.task))
-        run.phase = "connecting"
-        run.client = await stack.enter_async_context(
-            connect(endpoint.target, ready_timeout=limits.connect)
-        )
-        run.phase = "starting"
-        async with _scope(limits.start, run):
-            await run.start()
-        run.phase = "agent"
+        if run.client is not None and run.phase in ("starting", "agent", "grading"):
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(limit / 2):
+                    await run.client.cancel()
+    finally:  # even if a second cancellation lands above, the substrate is stopped
         try:
-            async with _scope(limits.agent, run):
-                await agent(run)
-        except BaseException:
-            await _cancel_task(run, limits.teardown)
-            raise
-        run.phase = "grading"
-        async with _scope(limits.grade, run):
-            await run.submit()
-        ok = True
-    finally:
-        if ok:
-            run.phase = "teardown"
-        try:
-            async with asyncio.timeout(limits.teardown):
+            async with asyncio.timeout(limit):
                 await stack.aclose()
-        except (TimeoutError, Exception) as exc:
-            if ok:
-                if isinstance(exc, TimeoutError):
-                    raise RolloutTimeout("teardown", limits.teardown) from None
-                raise
-            log.debug("teardown after a failure also failed: %r", exc)
-
-
-async def _cancel_task(run: Run, limit: float) -> None:
-    """Tell the environment to drop the task (its teardown runs); never raises."""
-    client = run.client
-    if client is None:
-        return
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(limit):
-            await client.cancel()
+        except Exception as exc:  # TimeoutError included
+            log.debug("teardown of failed rollout %s also failed: %r", run.slug, exc)
 
 
 @contextlib.asynccontextmanager
 async def _scope(limit: float | None, run: Run) -> AsyncIterator[None]:
-    """A deadline that, when it fires, names the phase the run was in."""
+    """A deadline that, when it fires, names the phase the run was in.
+
+    Only this deadline becomes `RolloutTimeout`: a `TimeoutError` raised inside (an
+    agent's own, `ConnectTimeout`, an inner scope's) passes through unchanged.
+    """
     if limit is None:
         yield
         return
+    deadline = asyncio.timeout(limit)
     try:
-        async with asyncio.timeout(limit):
+        async with deadline:
             yield
     except TimeoutError:
+        if not deadline.expired():
+            raise
         raise RolloutTimeout(run.phase, limit) from None
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 __all__ = ["Timeouts"]
 
@@ -11,16 +12,22 @@ __all__ = ["Timeouts"]
 class Timeouts:
     """Deadlines in seconds; `None` means no limit.
 
-    `Timeouts(30)` caps the whole rollout at 30 s. Each limit is applied as a scope at
-    its own phase and a breach raises `RolloutTimeout(phase, limit)`.
+    `Timeouts(30)` caps the rollout at 30 s. Each limit is applied as a scope at its
+    own phase and a breach raises `RolloutTimeout(phase, limit)` naming the phase the
+    run was in. A `TimeoutError` raised by the agent or the environment is not a
+    breach and keeps its own type.
 
     Args:
-        rollout: the whole rollout, provisioning to teardown.
-        connect: retrying connect + hello until the server answers.
+        rollout: provisioning through grading. Teardown is not cut short by it.
+        connect: retrying connect + hello until the server answers (`ConnectTimeout`).
         start: `tasks.start` (the task's setup up to the prompt).
         agent: the agent loop.
         grade: `tasks.grade`.
-        teardown: closing the client and stopping the substrate; always bounded.
+        teardown: stopping the substrate; always bounded. After a failure, telling the
+            environment to cancel the task gets at most half of it first.
+
+    Raises:
+        ValueError: a limit is negative or not a number.
     """
 
     rollout: float | None = None
@@ -29,6 +36,16 @@ class Timeouts:
     agent: float | None = None
     grade: float | None = None
     teardown: float = 30.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.name not in ("connect", "teardown"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"Timeouts.{f.name} must be a number of seconds, not {value!r}")
+            if math.isnan(value) or value < 0:
+                raise ValueError(f"Timeouts.{f.name} must be >= 0 seconds, not {value!r}")
 
     @classmethod
     def of(cls, value: Timeouts | float | None) -> Timeouts:
