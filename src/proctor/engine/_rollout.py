@@ -148,7 +148,7 @@ async def run_taskset(
     placement is resolved once; at most `max_concurrent` rollouts run at a time. Runs
     land in `job.runs` in expansion order; `on_run` hears each as it finishes.
     """
-    group = group or 1
+    group = 1 if group is None else group
     if group < 1:
         raise ValueError("group must be >= 1")
     if max_concurrent is not None and max_concurrent < 1:
