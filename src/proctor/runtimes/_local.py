@@ -44,7 +44,8 @@ class LocalRuntime(Provider):
         self._env: Environment | None = None
         self._server: Server | None = None
         self._users = 0
-        self._lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
         return f"LocalRuntime({self.source!r})"
@@ -72,9 +73,11 @@ class LocalRuntime(Provider):
             self._check(self._server.env, env_name)
             self._users += 1
             return self._server
-        async with self._lock:
+        # The lock also covers _release, so a restart never overlaps the last shutdown.
+        async with self._guard():
             if self._server is None:
                 env = await self._load(env_name)
+                self._check(env, env_name)  # before start: a refused task starts nothing
                 try:
                     await env.start()
                 except Exception as exc:
@@ -85,14 +88,23 @@ class LocalRuntime(Provider):
             return self._server
 
     async def _release(self) -> None:
-        self._users -= 1
-        if self._users or self._server is None:
-            return
-        server, self._server = self._server, None
-        try:
-            await server.aclose()
-        finally:
-            await server.env.stop()
+        async with self._guard():
+            self._users -= 1
+            if self._users or self._server is None:
+                return
+            server, self._server = self._server, None
+            try:
+                await server.aclose()
+            finally:
+                await server.env.stop()
+
+    def _guard(self) -> asyncio.Lock:
+        # An asyncio.Lock binds to the loop it first waits in; a runtime reused from a
+        # later event loop (a second asyncio.run, a test's fresh loop) needs a new one.
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
 
     async def _load(self, env_name: str | None) -> Environment:
         if self._env is None:
