@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -25,6 +26,10 @@ __all__ = ["SubprocessRuntime"]
 log = logging.getLogger("proctor.runtimes.subprocess")
 
 PORT_PREFIXES = (b"PROCTOR_SERVE_PORT=", b"HUD_SERVE_PORT=")
+_MAX_LINE = 1 << 16  # longer output lines are logged in pieces of this size
+_TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
+_LAST_WORDS = 0.5  # seconds a dead child's pipes may still deliver its stderr
+_REAP = 5.0  # seconds to wait for the child watcher after SIGKILL
 
 
 class SubprocessRuntime(Provider):
@@ -42,6 +47,7 @@ class SubprocessRuntime(Provider):
         env: extra environment variables for the child.
         env_name: which environment to serve when the source defines several.
         command: a full command instead of `python -m proctor.serve SOURCE`.
+        cwd: working directory of the child.
         startup_timeout: seconds to wait for the port line.
         stop_timeout: seconds between SIGTERM and SIGKILL.
         log: file the child's other output is appended to.
@@ -96,107 +102,151 @@ class SubprocessRuntime(Provider):
 
 
 class _Child:
-    """One child process: spawn, read its port, pump its output, stop its group."""
+    """One child process: spawn, read its port, route its output, stop its group."""
 
     def __init__(self, spec: SubprocessRuntime) -> None:
         self.spec = spec
-        self.proc: asyncio.subprocess.Process | None = None
+        self.transport: asyncio.SubprocessTransport | None = None
         self.tail: collections.deque[bytes] = collections.deque(maxlen=20)
-        self.pumps: list[asyncio.Task[None]] = []
         self.sink: IO[bytes] | None = None
+        self.exited = asyncio.Event()
+        self.drained = asyncio.Event()  # exited and every pipe at EOF
+        self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid (also its process group id), once spawned."""
+        return None if self.transport is None else self.transport.get_pid()
 
     async def start(self) -> int:
+        """Spawn the child and wait for its port line.
+
+        Raises:
+            RuntimeLaunchError: it cannot be spawned, exits first, or stays silent too long.
+        """
         spec = self.spec
-        env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+        argv = spec.argv()
+        if spec.log is not None:
+            try:
+                self.sink = open(spec.log, "ab")  # noqa: SIM115, ASYNC230 - closed in stop()
+            except OSError as exc:
+                raise RuntimeLaunchError(f"cannot open log file {spec.log}: {exc}") from exc
+        loop = asyncio.get_running_loop()
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *spec.argv(),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
+            self.transport, _ = await loop.subprocess_exec(
+                lambda: _ChildProtocol(self),
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"},
                 cwd=spec.cwd,
                 start_new_session=True,
             )
         except OSError as exc:
-            raise RuntimeLaunchError(f"cannot start {spec.argv()[0]}: {exc}") from exc
-        if spec.log is not None:
-            self.sink = open(spec.log, "ab")  # noqa: SIM115, ASYNC230 - tiny, closed in stop()
-        assert self.proc.stderr is not None
-        self.pumps.append(asyncio.create_task(self._pump(self.proc.stderr, b"stderr")))
+            raise RuntimeLaunchError(f"cannot start {argv[0]}: {exc}") from exc
         try:
             async with asyncio.timeout(spec.startup_timeout):
-                port = await self._read_port()
+                return await self.port
         except TimeoutError:
             raise RuntimeLaunchError(
                 self._why(f"no port announced within {spec.startup_timeout:g}s")
             ) from None
-        assert self.proc.stdout is not None
-        self.pumps.append(asyncio.create_task(self._pump(self.proc.stdout, b"stdout")))
-        return port
 
-    async def _read_port(self) -> int:
-        assert self.proc is not None and self.proc.stdout is not None
-        while True:
-            line = await self.proc.stdout.readline()
-            if not line:
-                await self.proc.wait()
-                for task in self.pumps:  # let the stderr tail arrive before quoting it
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(asyncio.shield(task), 1.0)
-                raise RuntimeLaunchError(
-                    self._why(f"exited with code {self.proc.returncode} before announcing a port")
-                )
-            for prefix in PORT_PREFIXES:
-                if line.startswith(prefix):
-                    try:
-                        return int(line[len(prefix) :].strip())
-                    except ValueError:
-                        raise RuntimeLaunchError(self._why(f"bad port line {line!r}")) from None
-            self._emit(b"stdout", line)
-
-    async def _pump(self, stream: asyncio.StreamReader, name: bytes) -> None:
-        while line := await stream.readline():
-            self._emit(name, line)
-
-    def _emit(self, name: bytes, line: bytes) -> None:
-        if name == b"stderr":
-            self.tail.append(line)
+    def line(self, fd: int, line: bytes) -> None:
+        """One line of the child's output (without its newline)."""
+        if fd == 1 and not self.port.done() and line.startswith(PORT_PREFIXES):
+            self._announced(line)
+            return
+        if fd == 2:
+            self.tail.append(line[:_TAIL_LINE])
         if self.sink is not None:
-            self.sink.write(line)
+            self.sink.write(line + b"\n")
         elif log.isEnabledFor(logging.DEBUG):
-            pid = self.proc.pid if self.proc else "?"
-            log.debug("[%s %s] %s", pid, name.decode(), line.decode(errors="replace").rstrip())
+            name = "stdout" if fd == 1 else "stderr"
+            log.debug("[%s %s] %s", self.pid, name, line.decode(errors="replace"))
+
+    def _announced(self, line: bytes) -> None:
+        value = line.partition(b"=")[2].strip()
+        if value.isdigit() and 0 < int(value) < 65536:
+            self.port.set_result(int(value))
+        else:
+            self.port.set_exception(RuntimeLaunchError(self._why(f"bad port line {line!r}")))
+
+    def process_exited(self) -> None:
+        """The child is gone; fail a pending start once its last output had a moment."""
+        self.exited.set()
+        asyncio.get_running_loop().call_later(_LAST_WORDS, self.no_port)
+
+    def no_port(self) -> None:
+        """Fail a pending start: the child exited (or closed its output) without a port."""
+        if not self.port.done():
+            code = None if self.transport is None else self.transport.get_returncode()
+            self.port.set_exception(
+                RuntimeLaunchError(self._why(f"exited with code {code} before announcing a port"))
+            )
 
     def _why(self, what: str) -> str:
         argv = " ".join(self.spec.argv())
-        tail = b"".join(self.tail).decode(errors="replace").strip()
+        tail = b"\n".join(self.tail).decode(errors="replace").strip()
         return f"{argv}: {what}" + (f"\n--- stderr (last lines) ---\n{tail}" if tail else "")
 
     async def stop(self) -> None:
-        """Terminate the process group, kill it after the grace period; always reap."""
-        proc = self.proc
+        """Terminate the process group, kill it after the grace period; always reap.
+
+        Exit is judged by the process itself, not by its pipes: a grandchild that holds
+        them open must not make a clean exit look like a hang.
+        """
+        transport, pid = self.transport, self.pid
         try:
-            if proc is not None and proc.returncode is None:
-                _killpg(proc.pid, signal.SIGTERM)
+            if transport is not None and pid is not None and not self.exited.is_set():
+                _killpg(pid, signal.SIGTERM)
                 try:
-                    await asyncio.wait_for(proc.wait(), self.spec.stop_timeout)
+                    await asyncio.wait_for(self.exited.wait(), self.spec.stop_timeout)
                 except TimeoutError:
                     log.warning(
-                        "child %s ignored SIGTERM for %gs; killing",
-                        proc.pid,
-                        self.spec.stop_timeout,
+                        "child %s ignored SIGTERM for %gs; killing", pid, self.spec.stop_timeout
                     )
         finally:
-            if proc is not None:
-                _killpg(proc.pid, signal.SIGKILL)  # stragglers in the group, if any
-                if proc.returncode is None:
-                    await proc.wait()
-            for task in self.pumps:
-                task.cancel()
-            await asyncio.gather(*self.pumps, return_exceptions=True)
+            if transport is not None and pid is not None:
+                _killpg(pid, signal.SIGKILL)  # stragglers in the group, if any
+                # Reaped by the child watcher; closing first would race it for the pid.
+                # Then its last output, unless something outside the group holds the pipes.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.exited.wait(), _REAP)
+                    await asyncio.wait_for(self.drained.wait(), _LAST_WORDS)
+                transport.close()
             if self.sink is not None:
                 self.sink.close()
+
+
+class _ChildProtocol(asyncio.SubprocessProtocol):
+    """Split the child's output into lines (of any length) and report its exit."""
+
+    def __init__(self, child: _Child) -> None:
+        self.child = child
+        self.partial = {1: b"", 2: b""}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        *lines, rest = (self.partial[fd] + data).split(b"\n")
+        if len(rest) > _MAX_LINE:  # no newline in sight: pass it on in pieces
+            lines.append(rest)
+            rest = b""
+        self.partial[fd] = rest
+        for line in lines:
+            self.child.line(fd, line)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        rest, self.partial[fd] = self.partial.get(fd, b""), b""
+        if rest:
+            self.child.line(fd, rest)
+
+    def process_exited(self) -> None:
+        self.child.process_exited()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.child.drained.set()
+        self.child.no_port()  # exited and every pipe closed: no more output is coming
 
 
 def _killpg(pid: int, sig: int) -> None:

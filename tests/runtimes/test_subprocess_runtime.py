@@ -1,0 +1,323 @@
+"""`SubprocessRuntime`: port lines, output routing, launch errors, process-group teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import stat
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from proctor import RuntimeLaunchError, Task
+from proctor.agents import agent_from_fn
+from proctor.engine import rollout
+from proctor.runtimes import SubprocessRuntime
+
+TASK = Task(env="subprocess-env", id="echo", args={"text": "hi"})
+
+ENV_SOURCE = """
+import os
+from proctor import Environment
+
+env = Environment("subprocess-env")
+
+
+@env.template
+async def echo(text: str):
+    answer = yield text
+    yield 1.0 if answer == text else 0.0
+
+
+@env.template
+async def where():
+    yield f"{os.environ.get('PROCTOR_TEST_VALUE')}|{os.getcwd()}"
+    yield 1.0
+"""
+
+# A stand-in server: prints what it is told, then a port line, then waits.
+FAKE_SERVER = """
+import os, signal, socket, subprocess, sys, time
+args = sys.argv[1:]
+if "ignore-term" in args:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if "last-words" in args:
+    def bye(*_):
+        sys.stderr.write("last words\\n"); sys.stderr.flush(); sys.exit(0)
+    signal.signal(signal.SIGTERM, bye)
+pids = open(os.environ["FAKE_PIDS"], "a")
+pids.write(f"{os.getpid()}\\n"); pids.flush()
+if "grandchild" in args or "escaped-grandchild" in args:
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    g = subprocess.Popen([sys.executable, "-c", code],
+                         start_new_session="escaped-grandchild" in args)
+    pids.write(f"{g.pid}\\n"); pids.flush()
+print("hello on stdout", flush=True)
+sys.stderr.write("hello on stderr\\n"); sys.stderr.flush()
+if "big-line" in args:
+    sys.stderr.write("x" * 300_000 + "\\n"); sys.stderr.flush()
+if "bad-port" in args:
+    print("PROCTOR_SERVE_PORT=eighty", flush=True)
+if "silent" not in args:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+    prefix = "HUD_SERVE_PORT=" if "hud" in args else "PROCTOR_SERVE_PORT="
+    print(f"{prefix}{s.getsockname()[1]}", flush=True)
+    print("after the port", flush=True)
+    open(os.environ["FAKE_PIDS"] + ".after", "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "subprocess_env.py"
+    path.write_text(ENV_SOURCE)
+    return path
+
+
+@pytest.fixture
+def pids_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = tmp_path / "pids"
+    path.touch()
+    monkeypatch.setenv("FAKE_PIDS", str(path))
+    yield path
+    for pid in read_pids(path):  # never leave a test's processes behind, pass or fail
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def fake(tmp_path: Path, *args: str) -> list[str]:
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    return [sys.executable, str(script), *args]
+
+
+def read_pids(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()]
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only an unreaped zombie (it no longer runs)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+async def poll(check: Callable[[], object], within: float = 5.0) -> bool:
+    """Whether `check()` comes true within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        await asyncio.sleep(0.01)
+    return bool(check())
+
+
+async def wait_gone(pid: int, within: float = 3.0) -> bool:
+    return await poll(lambda: gone(pid), within)
+
+
+# --- the port line ------------------------------------------------------------------------
+
+
+async def test_serves_a_source_and_grades(source: Path) -> None:
+    runtime = SubprocessRuntime(source)
+    run = await rollout(TASK, agent_from_fn(lambda p: p), runtime=runtime)
+    assert run.status == "completed" and run.reward == 1.0, run.error
+
+
+async def test_reads_a_hud_port_line(tmp_path: Path, pids_file: Path) -> None:
+    runtime = SubprocessRuntime(command=fake(tmp_path, "hud"))
+    async with runtime(TASK) as endpoint:
+        assert endpoint.url.startswith("tcp://127.0.0.1:")
+        port = int(endpoint.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass  # the fake's listener is there
+
+
+async def test_a_bad_port_line_is_a_launch_error(tmp_path: Path, pids_file: Path) -> None:
+    runtime = SubprocessRuntime(command=fake(tmp_path, "bad-port"))
+    with pytest.raises(RuntimeLaunchError, match="bad port line"):
+        async with runtime(TASK):
+            pass
+    assert await wait_gone(read_pids(pids_file)[0])
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+async def test_other_output_goes_to_the_log_file(tmp_path: Path, pids_file: Path) -> None:
+    log = tmp_path / "child.log"
+    runtime = SubprocessRuntime(command=fake(tmp_path, "last-words"), log=log)
+    async with runtime(TASK):
+        assert await poll(pids_file.with_name("pids.after").exists)
+    text = log.read_text()
+    for line in ("hello on stdout", "hello on stderr", "after the port", "last words"):
+        assert f"{line}\n" in text
+    assert "SERVE_PORT" not in text
+
+
+async def test_output_goes_to_the_debug_log_without_a_file(
+    tmp_path: Path, pids_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="proctor.runtimes.subprocess")
+    async with SubprocessRuntime(command=fake(tmp_path, "last-words"))(TASK):
+        pass
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.endswith("stderr] hello on stderr") for m in messages), messages
+    assert any(m.endswith("stderr] last words") for m in messages), messages
+
+
+async def test_a_huge_output_line_does_not_stall_the_child(tmp_path: Path, pids_file: Path) -> None:
+    log = tmp_path / "child.log"
+    runtime = SubprocessRuntime(command=fake(tmp_path, "big-line"), log=log, startup_timeout=10)
+    t0 = time.monotonic()
+    async with runtime(TASK):
+        assert time.monotonic() - t0 < 5
+    assert log.read_text().count("x") == 300_000
+
+
+async def test_an_unwritable_log_is_a_launch_error(tmp_path: Path, source: Path) -> None:
+    runtime = SubprocessRuntime(source, log=tmp_path / "no" / "such" / "dir.log")
+    with pytest.raises(RuntimeLaunchError, match="log file"):
+        async with runtime(TASK):
+            pass
+
+
+# --- launch failures ------------------------------------------------------------------------
+
+
+async def test_a_child_that_dies_reports_the_tail_of_its_stderr(tmp_path: Path) -> None:
+    broken = tmp_path / "broken_env.py"
+    broken.write_text("raise RuntimeError('kaboom at import')\n")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeLaunchError) as info:
+        async with SubprocessRuntime(broken)(TASK):
+            pass
+    assert time.monotonic() - t0 < 5
+    message = str(info.value)
+    assert "exited with code 1 before announcing a port" in message
+    assert "kaboom at import" in message and "stderr (last lines)" in message
+    assert "broken_env.py" in message
+
+
+async def test_startup_timeout(tmp_path: Path, pids_file: Path) -> None:
+    runtime = SubprocessRuntime(command=fake(tmp_path, "silent"), startup_timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeLaunchError, match=r"no port announced within 0.3s") as info:
+        async with runtime(TASK):
+            pass
+    assert time.monotonic() - t0 < 3
+    assert "hello on stderr" in str(info.value)
+    assert await wait_gone(read_pids(pids_file)[0])
+
+
+async def test_a_missing_interpreter_is_a_launch_error(source: Path) -> None:
+    runtime = SubprocessRuntime(source, python="/no/such/python")
+    with pytest.raises(RuntimeLaunchError, match="cannot start /no/such/python"):
+        async with runtime(TASK):
+            pass
+
+
+# --- stopping -------------------------------------------------------------------------------
+
+
+async def test_the_whole_process_group_is_killed_after_stop_timeout(
+    tmp_path: Path, pids_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = SubprocessRuntime(
+        command=fake(tmp_path, "ignore-term", "grandchild"), stop_timeout=0.3
+    )
+    async with runtime(TASK):
+        child, grandchild = read_pids(pids_file)
+        assert not gone(child) and not gone(grandchild)
+        t0 = time.monotonic()
+    assert 0.3 <= time.monotonic() - t0 < 3
+    assert gone(child)
+    assert await wait_gone(grandchild)
+    assert "ignored SIGTERM for 0.3s; killing" in caplog.text
+
+
+async def test_grandchildren_in_the_group_go_with_a_clean_exit(
+    tmp_path: Path, pids_file: Path
+) -> None:
+    async with SubprocessRuntime(command=fake(tmp_path, "grandchild"), stop_timeout=5)(TASK):
+        child, grandchild = read_pids(pids_file)
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 2  # the child obeyed SIGTERM; the rest was killed
+    assert gone(child)
+    assert await wait_gone(grandchild)
+
+
+async def test_an_escaped_grandchild_holding_the_pipes_does_not_look_like_a_hang(
+    tmp_path: Path, pids_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    command = fake(tmp_path, "escaped-grandchild")
+    async with SubprocessRuntime(command=command, stop_timeout=5)(TASK):
+        child, _ = read_pids(pids_file)
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 2
+    assert gone(child)
+    assert "ignored SIGTERM" not in caplog.text
+
+
+async def test_cancelled_while_starting_leaves_nothing(tmp_path: Path, pids_file: Path) -> None:
+    runtime = SubprocessRuntime(command=fake(tmp_path, "silent"))
+
+    async def enter() -> None:
+        async with runtime(TASK):
+            pass  # pragma: no cover
+
+    entering = asyncio.create_task(enter())
+    assert await poll(lambda: read_pids(pids_file))
+    entering.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await entering
+    assert await wait_gone(read_pids(pids_file)[0])
+
+
+# --- options --------------------------------------------------------------------------------
+
+
+async def test_python_env_and_cwd_are_honoured(tmp_path: Path, source: Path) -> None:
+    called = tmp_path / "wrapper-called"
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(
+        textwrap.dedent(f"""\
+            #!/bin/sh
+            echo "$@" > {called}
+            exec {sys.executable} "$@"
+            """)
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    runtime = SubprocessRuntime(
+        source, python=str(wrapper), env={"PROCTOR_TEST_VALUE": "from-the-runtime"}, cwd=workdir
+    )
+    run = await rollout(
+        Task(env="subprocess-env", id="where"), agent_from_fn(lambda p: p), runtime=runtime
+    )
+    assert run.status == "completed", run.error
+    assert run.prompt == f"from-the-runtime|{workdir}"
+    assert called.read_text().split() == ["-m", "proctor.serve", str(source)]
+
+
+def test_argv_and_construction(source: Path) -> None:
+    runtime = SubprocessRuntime(source, env_name="subprocess-env", python="py")
+    assert runtime.argv() == ["py", "-m", "proctor.serve", str(source), "--env", "subprocess-env"]
+    assert SubprocessRuntime(command=["serve", "it"]).argv() == ["serve", "it"]
+    assert repr(SubprocessRuntime(command=["serve"])) == "SubprocessRuntime(['serve'])"
+    with pytest.raises(ValueError, match="source or a command"):
+        SubprocessRuntime()
