@@ -1,0 +1,279 @@
+"""Argument parsing, dispatch and the one place user errors become `error: ...` lines."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ._common import CLIError
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+DEFAULT_READY_TIMEOUT = 5.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `proctor` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `proctor ... | head`: the reader left; say nothing more.
+        _silence_stdout()
+        return 1
+    except Exception as exc:
+        message = _user_error(exc)
+        if message is None or os.environ.get("PROCTOR_DEBUG"):
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+
+
+def _user_error(exc: Exception) -> str | None:
+    """The one-line message for a user's mistake, or None for a bug (traceback)."""
+    from .._errors import ProctorError, RemoteError
+
+    if isinstance(exc, RemoteError):
+        return exc.message
+    if isinstance(exc, CLIError | ProctorError | ValueError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, OSError):
+        if exc.filename is not None and exc.strerror:
+            return f"{exc.filename}: {exc.strerror}"
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+# -- parser ---------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
+
+
+def _lazy(module: str, name: str) -> Handler:
+    """A handler imported only when its command runs (keeps `--help` fast)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        import importlib
+
+        fn: Handler = getattr(importlib.import_module(module, __package__), name)
+        return fn(args)
+
+    return handler
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def _add_connect(p: argparse.ArgumentParser, *, token: bool = True) -> None:
+    p.add_argument(
+        "--ready-timeout",
+        type=_positive_float,
+        default=DEFAULT_READY_TIMEOUT,
+        metavar="S",
+        help=f"seconds to keep retrying connect + hello (default {DEFAULT_READY_TIMEOUT:g})",
+    )
+    if token:
+        p.add_argument(
+            "--token-env",
+            metavar="VAR",
+            help="environment variable holding the server's shared token",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole `proctor` command line."""
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="proctor",
+        description="Serve agent environments and run graded, traced rollouts.",
+        epilog="Errors are one 'error: ...' line on stderr; PROCTOR_DEBUG=1 shows tracebacks.",
+    )
+    parser.add_argument("--version", action="version", version=f"proctor {__version__}")
+    commands = parser.add_subparsers(title="commands", dest="command", required=True)
+
+    # serve ---------------------------------------------------------------------------
+    serve = commands.add_parser(
+        "serve",
+        help="serve an environment on one TCP port",
+        description="Run the environment's initialize hooks, bind, print exactly "
+        "'PROCTOR_SERVE_PORT=<port>' on stdout (that line is the machine-readable "
+        "output), serve until SIGTERM or SIGINT, then run the shutdown hooks.",
+    )
+    serve.add_argument("source", metavar="SOURCE[:ENV]", help="Python file or folder")
+    serve.add_argument("--env", metavar="NAME", help="which environment, if SOURCE has several")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    serve.add_argument("--port", type=_port, default=0, help="port to bind (default: any free)")
+    serve.add_argument(
+        "--token-env",
+        metavar="VAR",
+        help="environment variable holding the shared token (required off loopback)",
+    )
+    serve.add_argument(
+        "--park-ttl",
+        type=_positive_float,
+        default=3600.0,
+        metavar="S",
+        help="seconds a parked task waits to be resumed (default 3600)",
+    )
+    serve.set_defaults(handler=_lazy("._serve", "cmd_serve"))
+
+    # task ----------------------------------------------------------------------------
+    task = commands.add_parser(
+        "task",
+        help="list, start and grade single tasks",
+        description="Drive one task by hand: start it in one process, grade it in another.",
+    )
+    task_commands = task.add_subparsers(title="task commands", dest="task_command", required=True)
+
+    tlist = task_commands.add_parser(
+        "list",
+        help="list an environment's task templates",
+        description="Print each template's id, description and arguments.",
+    )
+    where = tlist.add_mutually_exclusive_group(required=True)
+    where.add_argument("--source", metavar="SOURCE[:ENV]", help="serve SOURCE in this process")
+    where.add_argument("--url", metavar="tcp://H:P", help="ask a running server")
+    tlist.add_argument("--env", metavar="NAME", help="which environment, if SOURCE has several")
+    _add_connect(tlist)
+    _add_json(tlist)
+    tlist.set_defaults(handler=_lazy("._task", "cmd_list"))
+
+    tstart = task_commands.add_parser(
+        "start",
+        help="start a task, print its prompt and leave it parked on the server",
+        description="Start a task and print its prompt. The connection then closes "
+        "without 'bye', so the server parks the task for a later 'proctor task grade'.",
+    )
+    tstart.add_argument("id", metavar="ID", help="template id (see 'proctor task list')")
+    tstart.add_argument("--url", metavar="tcp://H:P", required=True, help="a running server")
+    tstart.add_argument(
+        "--args", metavar="JSON", default="{}", help="template arguments as a JSON object"
+    )
+    _add_connect(tstart)
+    _add_json(tstart)
+    tstart.set_defaults(handler=_lazy("._task", "cmd_start"))
+
+    tgrade = task_commands.add_parser(
+        "grade",
+        help="grade the parked task with an answer",
+        description="Send an answer for the task parked by 'proctor task start' and "
+        "print the grade. A fresh session adopts the server's only parked task; with "
+        "several parked, name one with --session.",
+    )
+    tgrade.add_argument("--url", metavar="tcp://H:P", required=True, help="a running server")
+    answer = tgrade.add_mutually_exclusive_group(required=True)
+    answer.add_argument("--answer", metavar="TEXT", help="the answer")
+    answer.add_argument(
+        "--answer-file",
+        metavar="FILE",
+        help="read the answer from FILE ('-' for stdin); one trailing newline is dropped",
+    )
+    tgrade.add_argument(
+        "--session", metavar="ID", help="resume this parked session (from 'task start --json')"
+    )
+    _add_connect(tgrade)
+    _add_json(tgrade)
+    tgrade.set_defaults(handler=_lazy("._task", "cmd_grade"))
+
+    # run -----------------------------------------------------------------------------
+    run = commands.add_parser(
+        "run",
+        help="run a taskset with an agent and summarize the rewards",
+        description="Roll out every row of a taskset (.py, .json, .jsonl or a folder) "
+        "with an agent, print a summary per template, optionally write every run as "
+        "one JSON line.",
+    )
+    run.add_argument("source", metavar="SOURCE", help="taskset file or folder")
+    run.add_argument(
+        "--agent",
+        metavar="SPEC",
+        default="builtin",
+        help="module:attr or path.py:attr (a class is instantiated); 'builtin' "
+        "(default) is the 'agent' object SOURCE defines",
+    )
+    run.add_argument(
+        "--group", type=_positive_int, default=1, metavar="N", help="rollouts per row (default 1)"
+    )
+    run.add_argument(
+        "--max-concurrent",
+        type=_positive_int,
+        metavar="N",
+        help="rollouts at a time (default: all for local and tcp, 2 per CPU for subprocess)",
+    )
+    run.add_argument(
+        "--runtime",
+        default="local",
+        metavar="local|subprocess|tcp://H:P",
+        help="where environments run: in this process (default), one child process "
+        "per rollout, or a server already running",
+    )
+    run.add_argument(
+        "--env", metavar="NAME", help="which environment to serve, if the source has several"
+    )
+    run.add_argument(
+        "--env-source",
+        metavar="PATH",
+        help="Python source defining the environment (default: SOURCE; needed for "
+        "JSON tasksets with local or subprocess runtimes)",
+    )
+    run.add_argument(
+        "--timeout", type=_positive_float, metavar="S", help="limit on each whole rollout"
+    )
+    run.add_argument(
+        "--output", metavar="FILE", help="write one JSON line per run to FILE (must be new)"
+    )
+    run.add_argument("--strict", action="store_true", help="exit 1 if any run failed")
+    _add_connect(run, token=False)
+    _add_json(run)
+    run.set_defaults(handler=_lazy("._run", "cmd_run"))
+
+    return parser

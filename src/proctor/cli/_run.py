@@ -1,0 +1,342 @@
+"""`proctor run`: roll out a taskset with an agent, show progress, summarize, record."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from ._common import CLIError, print_json, run_async, split_source, table
+
+if TYPE_CHECKING:
+    from ..engine import Job, Run
+    from ..runtimes import ProviderLike
+    from ..tasks import Taskset
+
+__all__ = ["cmd_run", "resolve_agent"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run every row `--group` times; exit 1 with `--strict` if any run failed."""
+    from ..tasks import Taskset
+
+    # Cheap checks first: a typo should not wait for the taskset to import.
+    source, env_name = split_source(args.source, args.env)
+    runtime = _parse_runtime(args.runtime)
+    env_source = args.env_source or source
+    if not runtime.startswith("tcp://") and not _is_python(env_source):
+        raise CLIError(
+            f"{env_source} is not a Python source, so it defines no environment; "
+            "pass --env-source PATH.py (or --runtime tcp://HOST:PORT)"
+        )
+    if runtime == "subprocess" and not Path(env_source).exists():
+        raise CLIError(f"{env_source}: no such file")
+    if args.output and os.path.lexists(args.output):
+        raise CLIError(f"{args.output} already exists; --output writes a new file")
+    taskset = Taskset.from_file(source)
+    if not len(taskset):
+        raise CLIError(f"{source}: the taskset has no rows")
+    agent = resolve_agent(args.agent, source, env_source)
+    max_concurrent = args.max_concurrent
+    if max_concurrent is None and runtime == "subprocess":
+        max_concurrent = 2 * (os.cpu_count() or 1)
+    output = _open_output(args.output) if args.output else None
+    try:
+        job, wall = run_async(
+            _execute(
+                taskset,
+                agent,
+                runtime=runtime,
+                env_source=env_source,
+                env_name=env_name,
+                group=args.group,
+                max_concurrent=max_concurrent,
+                rollout_timeout=args.timeout,
+                ready_timeout=args.ready_timeout,
+                output=output,
+            ),
+            fast=True,
+        )
+    finally:
+        if output is not None:
+            output.close()
+    summary = summarize(job, wall)
+    if args.json:
+        summary.update(agent=args.agent, runtime=args.runtime, output=args.output)
+        print_json(summary)
+    else:
+        print(render(summary))
+    return 1 if args.strict and job.stats.errors else 0
+
+
+# -- agent ------------------------------------------------------------------------------
+
+
+def resolve_agent(spec: str, source: str, env_source: str | None = None) -> Any:
+    """The agent `spec` names: `module:attr`, `path.py:attr` or `builtin`.
+
+    `builtin` is the `agent` global of the taskset source (else of `env_source`). A
+    class is instantiated with no arguments.
+
+    Raises:
+        CLIError: nothing usable by that name.
+        SourceError: the module cannot be loaded.
+    """
+    from .._loader import load_object, source_modules
+
+    if spec == "builtin":
+        places = [p for p in dict.fromkeys((source, env_source or source)) if _is_python(p)]
+        found = [
+            (place, module.agent)
+            for place in places
+            for module in source_modules(place)
+            if hasattr(module, "agent")
+        ]
+        if not found:
+            raise CLIError(
+                f"{' or '.join(places) or source} defines no 'agent'; "
+                "pass --agent module:attr or path.py:attr"
+            )
+        place, obj = found[0]
+        spec = f"{place}:agent"
+    else:
+        obj = load_object(spec)
+    if inspect.isclass(obj):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise CLIError(f"{spec}: cannot instantiate {obj.__name__}(): {exc}") from None
+    if not callable(obj):
+        raise CLIError(f"{spec}: a {type(obj).__name__} is not an agent; need async __call__(run)")
+    call = obj if inspect.isroutine(obj) else type(obj).__call__
+    if inspect.isfunction(call) and not inspect.iscoroutinefunction(call):
+        raise CLIError(f"{spec}: not async; an agent is `async def (run)` or async __call__(run)")
+    return obj
+
+
+def _is_python(source: str) -> bool:
+    path = Path(source)
+    return path.suffix == ".py" or path.is_dir() or not path.exists()
+
+
+# -- runtime ----------------------------------------------------------------------------
+
+
+def _parse_runtime(text: str) -> str:
+    if text in ("local", "subprocess"):
+        return text
+    if text.startswith("tcp://"):
+        return text
+    raise CLIError(f"--runtime: expected local, subprocess or tcp://HOST:PORT, got {text!r}")
+
+
+@contextlib.asynccontextmanager
+async def _provider(
+    runtime: str, env_source: str, env_name: str | None, ready_timeout: float
+) -> AsyncIterator[ProviderLike]:
+    from ..runtimes import LocalRuntime, Runtime, SubprocessRuntime
+
+    if runtime == "local":
+        # Entered once so the environment starts once for the batch, and a source
+        # that cannot load fails here with one message instead of once per run.
+        local = LocalRuntime(env_source, env_name=env_name)
+        async with local:
+            yield local
+    elif runtime == "subprocess":
+        yield SubprocessRuntime(env_source, env_name=env_name)
+    else:
+        from ..channel import connect
+
+        async with connect(runtime, ready_timeout=ready_timeout):
+            pass  # fail fast when nothing answers there
+        yield Runtime(runtime)
+
+
+# -- execution --------------------------------------------------------------------------
+
+
+async def _execute(
+    taskset: Taskset,
+    agent: Any,
+    *,
+    runtime: str,
+    env_source: str,
+    env_name: str | None,
+    group: int,
+    max_concurrent: int | None,
+    rollout_timeout: float | None,
+    ready_timeout: float,
+    output: IO[bytes] | None,
+) -> tuple[Job, float]:
+    import asyncio
+
+    from ..engine import run_taskset
+
+    progress = Progress(len(taskset) * group, sys.stderr)
+    writer = _Writer(output) if output is not None else None
+
+    def on_run(run: Run) -> None:
+        if writer is not None:
+            writer(run)
+        progress.update(run)
+
+    async with _provider(runtime, env_source, env_name, ready_timeout) as provider:
+        ticker = asyncio.get_running_loop().create_task(progress.tick())
+        t0 = time.perf_counter()
+        try:
+            job = await run_taskset(
+                taskset,
+                agent,
+                runtime=provider,
+                group=group,
+                max_concurrent=max_concurrent,
+                rollout_timeout=rollout_timeout,
+                on_run=on_run,
+                name=taskset.name,
+            )
+        finally:
+            wall = time.perf_counter() - t0
+            ticker.cancel()
+            progress.close()
+    return job, wall
+
+
+def _open_output(path: str) -> IO[bytes]:
+    try:
+        return open(path, "xb")  # closed by cmd_run
+    except FileExistsError:
+        raise CLIError(f"{path} already exists; --output writes a new file") from None
+
+
+class _Writer:
+    """Append one JSON line per finished run, flushed, so a crash keeps what ran."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        import orjson
+
+        self.file = file
+        self.dumps = orjson.dumps
+        self.option = orjson.OPT_NON_STR_KEYS
+
+    def __call__(self, run: Run) -> None:
+        # One write per line: a reader (or a crash) never sees half a row.
+        self.file.write(self.dumps(run.to_dict(), default=str, option=self.option) + b"\n")
+        self.file.flush()
+
+
+class Progress:
+    """A one-line `\\r` bar on stderr (only when stderr is a terminal)."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, stream: IO[str]) -> None:
+        self.total = total
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.done = 0
+        self.errors = 0
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+
+    def update(self, run: Run) -> None:
+        self.done += 1
+        if run.error is not None:
+            self.errors += 1
+        if self.done == self.total or time.perf_counter() - self.last >= 0.1:
+            self.draw()
+
+    async def tick(self) -> None:
+        import asyncio
+
+        while self.enabled:
+            self.draw()
+            await asyncio.sleep(0.5)
+
+    def draw(self) -> None:
+        if not self.enabled:
+            return
+        self.last = time.perf_counter()
+        filled = self.WIDTH * self.done // max(self.total, 1)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        self.stream.write(
+            f"\r[{bar}] {self.done}/{self.total}  errors {self.errors}  {self.last - self.t0:.1f}s "
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.draw()
+            self.stream.write("\n")
+            self.stream.flush()
+            self.enabled = False
+
+
+# -- summary ----------------------------------------------------------------------------
+
+
+def summarize(job: Job, wall: float) -> dict[str, Any]:
+    """The job's totals plus one row per template, JSON-ready."""
+    by_template: dict[tuple[str, str], list[Run]] = {}
+    for run in job.runs:
+        by_template.setdefault((run.task.env, run.task.id), []).append(run)
+    several_envs = len({env for env, _ in by_template}) > 1
+    templates = []
+    for (env, tid), runs in by_template.items():
+        rewards = [r.reward for r in runs if r.reward is not None]
+        templates.append(
+            {
+                "template": f"{env}/{tid}" if several_envs else tid,
+                "env": env,
+                "id": tid,
+                "runs": len(runs),
+                "graded": len(rewards),
+                "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+                "errors": sum(1 for r in runs if r.error is not None),
+            }
+        )
+    first_errors: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for run in job.runs:
+        err = run.error
+        if err is not None and len(first_errors) < 3:
+            key = (err.phase, err.type, err.message)
+            first_errors.setdefault(
+                key,
+                {"slug": run.slug, "phase": err.phase, "type": err.type, "message": err.message},
+            )
+    return {
+        **job.to_dict(),
+        "wall_time_s": wall,
+        "rollouts_per_s": len(job.runs) / wall if wall > 0 else None,
+        "templates": templates,
+        "first_errors": list(first_errors.values()),
+    }
+
+
+def _mean(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The human summary: a table per template, a total row, timing and errors."""
+    rows = [
+        (t["template"], t["runs"], _mean(t["mean_reward"]), t["errors"])
+        for t in summary["templates"]
+    ]
+    rows.append(("total", summary["runs"], _mean(summary["mean_reward"]), summary["errors"]))
+    lines = [table(("template", "runs", "mean reward", "errors"), rows, right={1, 2, 3})]
+    runs, rate = summary["runs"], summary["rollouts_per_s"]
+    timing = f"\n{runs} rollout{'' if runs == 1 else 's'} in {summary['wall_time_s']:.2f}s"
+    lines.append(timing + (f" ({rate:.1f}/s)" if rate else ""))
+    phases = summary["errors_by_phase"]
+    if phases:
+        lines.append("errors by phase: " + ", ".join(f"{p} {n}" for p, n in sorted(phases.items())))
+        for err in summary["first_errors"]:
+            message = err["message"].splitlines()[0] if err["message"] else ""
+            lines.append(f"  {err['slug']} [{err['phase']}] {err['type']}: {message}")
+    return "\n".join(lines)
