@@ -121,6 +121,33 @@ def test_json_taskset_with_env_source(tmp_path: Path) -> None:
     assert_user_error(proctor("run", rows, "--agent", SOLVER), "--env-source")
 
 
+def test_rows_pick_their_environment_from_a_source_with_several(tmp_path: Path) -> None:
+    source = write(
+        tmp_path / "two.py",
+        """
+        from proctor import Environment
+
+        first, second = Environment("first"), Environment("second")
+
+        @second.template
+        async def echo(text: str):
+            answer = yield text
+            yield float(answer == text)
+
+        async def agent(run):
+            run.trace.content = run.prompt
+
+        rows = [echo(text="hi"), echo(text="ho")]
+        """,
+    )
+    for runtime in ("local", "subprocess"):
+        result = proctor("run", source, "--runtime", runtime, "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["mean_reward"] == 1.0
+    wrong = proctor("run", source, "--env", "first")
+    assert_user_error(wrong, "rows for environment 'second'", "serves 'first'")
+
+
 def test_strict_exit_code_follows_errors(agents: Path) -> None:
     lenient = proctor("run", TASKS, "--agent", f"{agents}:Broken")
     assert lenient.returncode == 0, lenient.stderr
@@ -215,9 +242,21 @@ def test_user_mistakes_are_one_line(tmp_path: Path, agents: Path, dead_url: str)
     assert_user_error(proctor("run", plain, "--agent", "no_such_module:x"), "cannot import")
     assert_user_error(proctor("run", plain, "--agent", SOLVER, "--runtime", "ray"), "--runtime")
     unreachable = proctor(
-        "run", plain, "--agent", SOLVER, "--runtime", dead_url, "--ready-timeout", "0.3"
+        "run",
+        plain,
+        "--agent",
+        SOLVER,
+        "--runtime",
+        dead_url,
+        "--ready-timeout",
+        "0.3",
+        "--output",
+        tmp_path / "never.jsonl",
     )
     assert_user_error(unreachable, dead_url, "not ready")
+    assert not (tmp_path / "never.jsonl").exists()  # nothing ran, so no file is left
+    mismatch = proctor("run", plain, "--agent", SOLVER, "--env-source", LETTERS / "env.py")
+    assert_user_error(mismatch, "no environment named 'plain'")
     taken = tmp_path / "taken.jsonl"
     taken.write_text("keep me\n")
     assert_user_error(proctor("run", plain, "--agent", SOLVER, "--output", taken), "already exists")

@@ -16,6 +16,7 @@ from ._common import CLIError, print_json, run_async, split_source, table
 
 if TYPE_CHECKING:
     from ..engine import Job, Run
+    from ..env import Environment
     from ..runtimes import ProviderLike
     from ..tasks import Taskset
 
@@ -42,30 +43,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     taskset = Taskset.from_file(source)
     if not len(taskset):
         raise CLIError(f"{source}: the taskset has no rows")
+    row_envs = sorted({task.env for task in taskset})
+    if env_name is None and len(row_envs) == 1 and not runtime.startswith("tcp://"):
+        env_name = row_envs[0]  # picks the rows' environment when the source has several
+    served: Environment | None = None
+    if runtime == "local":
+        from ..runtimes import find_environment
+
+        served = find_environment(env_source, env_name)
+        others = [name for name in row_envs if name != served.name]
+        if others:
+            raise CLIError(
+                f"{source} has rows for environment {', '.join(map(repr, others))} but "
+                f"{env_source} serves {served.name!r}; pass --env-source"
+            )
     agent = resolve_agent(args.agent, source, env_source)
     max_concurrent = args.max_concurrent
     if max_concurrent is None and runtime == "subprocess":
         max_concurrent = 2 * (os.cpu_count() or 1)
-    output = _open_output(args.output) if args.output else None
+    writer = _Writer(args.output) if args.output else None
     try:
         job, wall = run_async(
             _execute(
                 taskset,
                 agent,
                 runtime=runtime,
+                served=served,
                 env_source=env_source,
                 env_name=env_name,
                 group=args.group,
                 max_concurrent=max_concurrent,
                 rollout_timeout=args.timeout,
                 ready_timeout=args.ready_timeout,
-                output=output,
+                writer=writer,
             ),
             fast=True,
         )
-    finally:
-        if output is not None:
-            output.close()
+    except BaseException:
+        if writer is not None:
+            writer.close(keep_empty=False)  # a run that never started leaves no file
+        raise
+    if writer is not None:
+        writer.close()
     summary = summarize(job, wall)
     if args.json:
         summary.update(agent=args.agent, runtime=args.runtime, output=args.output)
@@ -138,14 +157,19 @@ def _parse_runtime(text: str) -> str:
 
 @contextlib.asynccontextmanager
 async def _provider(
-    runtime: str, env_source: str, env_name: str | None, ready_timeout: float
+    runtime: str,
+    served: Environment | None,
+    env_source: str,
+    env_name: str | None,
+    ready_timeout: float,
 ) -> AsyncIterator[ProviderLike]:
     from ..runtimes import LocalRuntime, Runtime, SubprocessRuntime
 
     if runtime == "local":
-        # Entered once so the environment starts once for the batch, and a source
-        # that cannot load fails here with one message instead of once per run.
-        local = LocalRuntime(env_source, env_name=env_name)
+        # Entered once so the environment starts once for the batch, and a failing
+        # initialize hook fails here with one message instead of once per run.
+        assert served is not None
+        local = LocalRuntime(served)
         async with local:
             yield local
     elif runtime == "subprocess":
@@ -166,27 +190,27 @@ async def _execute(
     agent: Any,
     *,
     runtime: str,
+    served: Environment | None,
     env_source: str,
     env_name: str | None,
     group: int,
     max_concurrent: int | None,
     rollout_timeout: float | None,
     ready_timeout: float,
-    output: IO[bytes] | None,
+    writer: _Writer | None,
 ) -> tuple[Job, float]:
     import asyncio
 
     from ..engine import run_taskset
 
     progress = Progress(len(taskset) * group, sys.stderr)
-    writer = _Writer(output) if output is not None else None
 
     def on_run(run: Run) -> None:
         if writer is not None:
             writer(run)
         progress.update(run)
 
-    async with _provider(runtime, env_source, env_name, ready_timeout) as provider:
+    async with _provider(runtime, served, env_source, env_name, ready_timeout) as provider:
         ticker = asyncio.get_running_loop().create_task(progress.tick())
         t0 = time.perf_counter()
         try:
@@ -207,20 +231,21 @@ async def _execute(
     return job, wall
 
 
-def _open_output(path: str) -> IO[bytes]:
-    try:
-        return open(path, "xb")  # closed by cmd_run
-    except FileExistsError:
-        raise CLIError(f"{path} already exists; --output writes a new file") from None
-
-
 class _Writer:
-    """Append one JSON line per finished run, flushed, so a crash keeps what ran."""
+    """Append one JSON line per finished run, flushed, so a crash keeps what ran.
 
-    def __init__(self, file: IO[bytes]) -> None:
+    The file must be new (`x` mode): a second run never mixes its rows into the first.
+    """
+
+    def __init__(self, path: str) -> None:
         import orjson
 
-        self.file = file
+        try:
+            self.file = open(path, "xb")  # noqa: SIM115 - closed by close()
+        except FileExistsError:
+            raise CLIError(f"{path} already exists; --output writes a new file") from None
+        self.path = path
+        self.rows = 0
         self.dumps = orjson.dumps
         self.option = orjson.OPT_NON_STR_KEYS
 
@@ -228,6 +253,13 @@ class _Writer:
         # One write per line: a reader (or a crash) never sees half a row.
         self.file.write(self.dumps(run.to_dict(), default=str, option=self.option) + b"\n")
         self.file.flush()
+        self.rows += 1
+
+    def close(self, *, keep_empty: bool = True) -> None:
+        self.file.close()
+        if not keep_empty and not self.rows:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
 
 
 class Progress:
