@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import pty
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -173,6 +175,74 @@ def test_timeout_is_an_error_in_the_agent_phase(agents: Path) -> None:
     assert summary["errors_by_phase"] == {"agent": 12}
     assert summary["first_errors"][0]["type"] == "RolloutTimeout"
     assert summary["wall_time_s"] < 10
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_every_child(tmp_path: Path, sig: signal.Signals) -> None:
+    source = write(
+        tmp_path / "hangs.py",
+        """
+        import asyncio
+
+        from proctor import Environment
+
+        env = Environment("hangs")
+
+        @env.template
+        async def wait(n: int):
+            answer = yield f"wait {n}"
+            yield 1.0
+
+        async def agent(run):
+            await asyncio.sleep(60)
+
+        rows = [wait(n=n) for n in range(3)]
+        """,
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "proctor.cli",
+            "run",
+            source,
+            "--runtime",
+            "subprocess",
+            "--max-concurrent",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while len(_processes_mentioning(str(source))) < 4:  # the CLI and three children
+            assert time.monotonic() < deadline, "children never came up"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130)
+    assert err == ("error: terminated\n" if sig == signal.SIGTERM else "error: interrupted\n")
+    assert _processes_mentioning(str(source)) == []
 
 
 def test_progress_bar_on_a_terminal() -> None:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "CLIError",
+    "Terminated",
     "print_json",
     "read_token",
     "run_async",
@@ -23,6 +24,10 @@ T = TypeVar("T")
 
 class CLIError(Exception):
     """A user mistake the CLI reports as one `error: ...` line (exit code 1)."""
+
+
+class Terminated(Exception):
+    """SIGTERM arrived while a command ran; its work was cancelled and cleaned up."""
 
 
 def split_source(source: str, env_name: str | None) -> tuple[str, str | None]:
@@ -81,9 +86,15 @@ def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = False) -> T:
     """Run `coro` on a fresh event loop; `fast` picks uvloop when it is installed.
 
     `asyncio.Runner(loop_factory=...)` is the 3.11 way to choose a loop without the
-    event-loop-policy API (deprecated from 3.12 on).
+    event-loop-policy API (deprecated from 3.12 on). Ctrl-C cancels `coro` and raises
+    `KeyboardInterrupt` (the Runner's doing); SIGTERM cancels it the same way and
+    raises `Terminated`, so child processes and environments are stopped either way.
+
+    Raises:
+        Terminated: SIGTERM cancelled the work.
     """
     import asyncio
+    import signal
 
     factory = None
     if fast and not os.environ.get("PROCTOR_NO_UVLOOP"):
@@ -93,5 +104,32 @@ def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = False) -> T:
             pass
         else:
             factory = uvloop.new_event_loop
+    terminated = False
+
+    async def guarded() -> T:
+        nonlocal terminated
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals
+            return await coro
+        try:
+            return await coro
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(coro)
+        try:
+            return runner.run(guarded())
+        except asyncio.CancelledError:
+            if terminated:
+                raise Terminated("terminated") from None
+            raise

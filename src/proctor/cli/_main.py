@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ._common import CLIError
+from ._common import CLIError, Terminated
 
 __all__ = ["build_parser", "main"]
 
@@ -26,6 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("error: terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:
         # `proctor ... | head`: the reader left; say nothing more.
         _silence_stdout()
