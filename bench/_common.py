@@ -1,0 +1,129 @@
+"""Harness shared by both benchmark sides; stdlib only, so it runs under either venv.
+
+A side script is started once per section, in a fresh interpreter:
+`PYTHON bench/_<side>_side.py --section NAME --params JSON --out FILE`. A section is
+`inproc`, `subproc`, `warm:<loop>` or `newconn:<loop>` (loop: `asyncio` or `uvloop`);
+its results, or its error, land in FILE as one JSON object.
+
+One interpreter per section keeps the sections from shaping each other's process
+state. That matters more than it seems: CPython's `sock.recv(256 KiB)` (asyncio's
+read size) is served by mmap/mremap/munmap, three syscalls per read, until glibc's
+dynamic mmap threshold rises, which the first full-size free (a read hitting EOF, say)
+does. So a process's first TCP connection can cost twice the system time of its later
+ones; the `warm` sections measure both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import math
+import resource
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ENVS = BENCH / "envs"
+
+Section = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def pct(samples: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1)."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def latency_ms(samples: list[float]) -> dict[str, Any]:
+    """Summarize per-iteration latencies given in seconds, in milliseconds."""
+    return {
+        "n": len(samples),
+        "p50_ms": pct(samples, 0.50) * 1e3,
+        "p90_ms": pct(samples, 0.90) * 1e3,
+        "p99_ms": pct(samples, 0.99) * 1e3,
+        "mean_ms": sum(samples) / len(samples) * 1e3,
+        "min_ms": min(samples) * 1e3,
+    }
+
+
+def children_cpu() -> float:
+    """CPU seconds of reaped children (user + system)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def timed_loop(
+    body: Callable[[], Awaitable[Any]], iters: int, warmup: int
+) -> tuple[list[float], float]:
+    """Await `body()` `warmup` times, then `iters` times timing each; returns
+    (latencies in seconds, process CPU seconds spent over the timed iterations)."""
+    for _ in range(warmup):
+        await body()
+    gc.collect()
+    samples: list[float] = []
+    clock = time.perf_counter
+    cpu0 = time.process_time()
+    for _ in range(iters):
+        t0 = clock()
+        await body()
+        samples.append(clock() - t0)
+    return samples, time.process_time() - cpu0
+
+
+def run_on(loop: str, make: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> dict[str, Any]:
+    """Run a coroutine on a fresh loop: `asyncio` (the default loop) or `uvloop`."""
+    factory = None
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(make())
+
+
+def versions(dist: str) -> dict[str, Any]:
+    """Version of `dist` and of uvloop in this venv, without importing either."""
+    from importlib import metadata
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"name": dist, "version": version(dist), "uvloop": version("uvloop")}
+
+
+def main(sections: dict[str, Section], dist: str) -> None:
+    """Run one section and write its results (or its error) as JSON."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--section", required=True, help="inproc, subproc, warm:LOOP, ...")
+    parser.add_argument("--params", default="{}", help="JSON parameters of the section")
+    parser.add_argument("--out", required=True, help="file the JSON results go to")
+    args = parser.parse_args()
+    # Python 3.11 logs "Exception in callback ... CancelledError" tracebacks when a
+    # stream server is torn down under a live handler (fixed in 3.12); formatting them
+    # is interpreter noise, not framework work. Silenced identically on both sides.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    sys.path.insert(0, str(ENVS))
+    base, _, variant = args.section.partition(":")
+    info = versions(dist)
+    t0 = time.perf_counter()
+    out: dict[str, Any]
+    if variant == "uvloop" and info["uvloop"] is None:
+        out = {"skipped": "uvloop is not installed in this venv"}
+    else:
+        try:
+            out = sections[base]({**json.loads(args.params), "variant": variant or "asyncio"})
+        except Exception as exc:
+            traceback.print_exc()
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+    out["seconds"] = time.perf_counter() - t0
+    Path(args.out).write_text(json.dumps({"framework": info, "section": out}, indent=1))

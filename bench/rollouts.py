@@ -1,0 +1,566 @@
+"""Rollout benchmarks: proctor and the HUD SDK side by side, in one run, one table.
+
+    .venv/bin/python bench/rollouts.py --peers-python .venv-peers/bin/python [--quick]
+
+Each framework runs its half in its own fresh interpreter: `bench/_proctor_side.py`
+under this python, `bench/_hud_side.py` under `--peers-python` (hud==0.6.21) with a
+scrubbed environment (private HOME, no HUD_API_KEY, telemetry and CLI analytics off,
+every HUD_*_URL pointed at 127.0.0.1:9). Both drive twin trivial environments
+(`bench/envs/`) with a trivial agent, so the numbers are framework overhead. Import
+time is measured here, in fresh interpreters. The rows and budgets follow DESIGN.md
+section 8; without a peers python the HUD column reads n/a.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+
+FULL = {
+    "inproc": {"n": 1000, "concurrency": 50, "reps": 3, "warmup": 50},
+    "subproc": {"n": 100, "concurrency": 4, "cold": 20, "discard": 1},
+    "warm": {"iters": 2000, "warmup": 200},
+    "newconn": {"iters": 1000, "warmup": 100},
+    "hud_subproc": {"n": 10, "concurrency": 4, "cold": 5, "discard": 1},
+    "import_runs": 7,
+    "import_warmup": 1,
+}
+QUICK = {
+    "inproc": {"n": 200, "concurrency": 50, "reps": 1, "warmup": 20},
+    "subproc": {"n": 12, "concurrency": 4, "cold": 3, "discard": 1},
+    "warm": {"iters": 300, "warmup": 50},
+    "newconn": {"iters": 100, "warmup": 20},
+    "hud_subproc": {"n": 1, "concurrency": 4, "cold": 1, "discard": 0},
+    "import_runs": 1,
+    "import_warmup": 0,
+}
+
+IMPORTS = {
+    # key: (proctor statement, HUD statement)
+    "import": ("import proctor", "import hud"),
+    "api": (
+        "from proctor import Environment, LocalRuntime, Taskset, connect, rollout",
+        "from hud import Environment, LocalRuntime, Taskset, connect\nfrom hud.eval import rollout",
+    ),
+    "bare": ("pass", "pass"),
+}
+
+_PROBE = """\
+import time
+t0 = time.perf_counter()
+{stmt}
+t1 = time.perf_counter()
+import json, sys
+rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:"))
+print(json.dumps({{"import_ms": (t1 - t0) * 1e3, "rss_kb": rss, "modules": len(sys.modules)}}))
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# -- running the sides ---------------------------------------------------------------
+
+SECTIONS = ("inproc", "subproc", "warm:asyncio", "warm:uvloop", "newconn:asyncio", "newconn:uvloop")
+
+
+def child_environ() -> tuple[dict[str, str], str | None]:
+    """The environment every measured interpreter gets, and a note on bytecode caching.
+
+    With PYTHONDONTWRITEBYTECODE set (this sandbox sets it), nothing without a
+    `__pycache__` of its own, such as proctor's editable `src/`, is ever cached, so each
+    fresh interpreter would recompile it: import time and cold spawns would measure the
+    compiler, not what an installed wheel costs. Then the children write and read their
+    bytecode under a private PYTHONPYCACHEPREFIX instead (nothing lands in the repo).
+    """
+    env = dict(os.environ)
+    if not env.get("PYTHONDONTWRITEBYTECODE") or env.get("PYTHONPYCACHEPREFIX"):
+        return env, None
+    del env["PYTHONDONTWRITEBYTECODE"]
+    prefix = Path(tempfile.gettempdir()) / "proctor-bench-pycache"
+    env["PYTHONPYCACHEPREFIX"] = str(prefix)
+    note = (
+        f"PYTHONDONTWRITEBYTECODE is set here, so measured interpreters cache bytecode under "
+        f"PYTHONPYCACHEPREFIX={prefix} instead (else proctor's editable src recompiles on "
+        "every start); the first run ever fills it."
+    )
+    return env, note
+
+
+def hud_environ(base: dict[str, str], tmp: Path) -> dict[str, str]:
+    """`base` minus every HUD_* variable, plus the network-safe settings."""
+    env = {k: v for k, v in base.items() if not k.startswith("HUD_")}
+    home, spans = tmp / "home", tmp / "spans"
+    home.mkdir(exist_ok=True)
+    spans.mkdir(exist_ok=True)
+    env.update(
+        HOME=str(home),
+        HUD_TELEMETRY_ENABLED="false",
+        HUD_CLI_ANALYTICS_ENABLED="false",
+        HUD_SKIP_VERSION_CHECK="1",
+        HUD_TELEMETRY_LOCAL_DIR=str(spans),
+        PROCTOR_BENCH_SCRUBBED="1",
+    )
+    for name in ("TELEMETRY", "API", "WEB", "GATEWAY", "RUNTIME", "RL"):
+        env[f"HUD_{name}_URL"] = "http://127.0.0.1:9"
+    return env
+
+
+def run_side(
+    python: str,
+    script: str,
+    params: dict[str, dict[str, Any]],
+    tmp: Path,
+    env: dict[str, str],
+    timeout: float,
+) -> dict[str, Any]:
+    """Run every section of one side, each in a fresh interpreter; collect the results."""
+    results: dict[str, Any] = {"sections": {}}
+    for section in SECTIONS:
+        out, err = tmp / f"{script}.{section}.json", tmp / f"{script}.{section}.stderr"
+        argv = [python, str(BENCH / script), "--section", section, "--out", str(out)]
+        argv += ["--params", json.dumps(params[section.partition(":")[0]])]
+        t0 = time.perf_counter()
+        try:
+            with open(err, "wb") as stderr:
+                # stdout too: HUD's subprocess runtime forwards its children's output
+                proc = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stderr,
+                    stderr=stderr,
+                    env=env,
+                    cwd=tmp,
+                    timeout=timeout,
+                )
+            rc: int | str = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = f"timed out after {timeout:g}s"
+        except OSError as exc:
+            return {"error": f"cannot run {python}: {exc}"}
+        got = json.loads(out.read_text()) if out.exists() else {}
+        sec = got.get("section") or {"error": f"exited {rc} without results"}
+        results["framework"] = got.get("framework") or results.get("framework")
+        results["sections"][section] = sec
+        failed = "error" in sec or sec.get("complete") is False
+        log(
+            f"  {script} {section}: {time.perf_counter() - t0:.1f} s"
+            + (" FAILED" if failed else "")
+        )
+        if failed or rc != 0:
+            tail = err.read_bytes().decode(errors="replace").strip().splitlines()[-15:]
+            for line in tail:
+                print(f"    {line}", file=sys.stderr)
+    return results
+
+
+def measure_imports(
+    python: str, stmt: str, runs: int, warmup: int, env: dict[str, str], cwd: Path
+) -> dict[str, Any]:
+    """Median in-process import time, process wall and RSS over fresh interpreters."""
+    imports, walls, rss, modules = [], [], [], 0
+    for i in range(warmup + runs):
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [python, "-c", _PROBE.format(stmt=stmt)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+            timeout=120,
+        )
+        wall = (time.perf_counter() - t0) * 1e3
+        if proc.returncode != 0:
+            return {"error": proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]}
+        if i < warmup:
+            continue
+        walls.append(wall)
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        imports.append(row["import_ms"])
+        rss.append(row["rss_kb"])
+        modules = row["modules"]
+    return {
+        "runs": runs,
+        "import_ms": statistics.median(imports),
+        "import_ms_all": imports,
+        "wall_ms": statistics.median(walls),
+        "rss_mib": statistics.median(rss) / 1024,
+        "modules": modules,
+    }
+
+
+def peers_usable(python: str | None) -> tuple[bool, str]:
+    if not python:
+        return False, "no --peers-python given"
+    if not Path(python).exists():
+        return False, f"{python} does not exist (run `make peers`)"
+    return True, python
+
+
+# -- the table -------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    key: str
+    label: str
+    budget: tuple[str, float] | None  # ("<=" | ">=", value)
+    proctor: Any  # a number, or a string such as "n/a" / "error"
+    hud: Any
+    mark: str = ""  # footnote marker on the proctor value
+
+
+def fmt(v: Any) -> str:
+    if not isinstance(v, int | float):
+        return str(v)
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def ratio(p: Any, h: Any) -> str:
+    if not isinstance(p, int | float) or not isinstance(h, int | float) or not h:
+        return "-"
+    r = p / h
+    return f"{r:.3f}x" if r < 0.1 else f"{r:.2f}x" if r < 10 else f"{r:.0f}x"
+
+
+def verdict(row: Row) -> str:
+    if row.budget is None or not isinstance(row.proctor, int | float):
+        return ""
+    op, limit = row.budget
+    ok = row.proctor <= limit if op == "<=" else row.proctor >= limit
+    return "ok" if ok else "MISS"
+
+
+def render(rows: list[Row]) -> str:
+    head = ["#", "metric", "budget", "proctor", "HUD", "proctor/HUD", "budget?"]
+    cells = [head]
+    for r in rows:
+        budget = "-" if r.budget is None else f"{r.budget[0]} {fmt(r.budget[1])}"
+        cells.append(
+            [
+                r.key,
+                r.label,
+                budget,
+                fmt(r.proctor) + r.mark,
+                fmt(r.hud),
+                ratio(r.proctor, r.hud),
+                verdict(r),
+            ]
+        )
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    right = {2, 3, 4, 5}
+    lines = []
+    for n, row in enumerate(cells):
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def pick(side: dict[str, Any], path: str) -> Any:
+    """`section.field[.field]` from a side's results, or why there is no number."""
+    if "sections" not in side:
+        return "n/a" if side.get("absent") else "error"
+    section, *fields = path.split(".")
+    value: Any = side["sections"].get(section)
+    if value is None or "skipped" in value:
+        return "n/a"
+    if "error" in value or value.get("complete") is False:
+        return "error"
+    for name in fields:
+        value = value.get(name) if isinstance(value, dict) else None
+    return "n/a" if value is None else value
+
+
+def pick_import(side: dict[str, Any], key: str, field: str) -> Any:
+    got = side.get("imports", {}).get(key)
+    if got is None:
+        return "n/a"
+    return "error" if "error" in got else got[field]
+
+
+def build_rows(cfg: dict[str, Any], p: dict[str, Any], h: dict[str, Any]) -> list[Row]:
+    ip, sp, hs = cfg["inproc"], cfg["subproc"], cfg["hud_subproc"]
+    w, nc = cfg["warm"], cfg["newconn"]
+
+    def row(key: str, label: str, budget: Any, path: str) -> Row:
+        sec = p.get("sections", {}).get(path.split(".")[0]) or {}
+        mark = "*" if sec.get("patched") else ""
+        return Row(key, label, budget, pick(p, path), pick(h, path), mark)
+
+    def subproc_cpu(side: dict[str, Any]) -> Any:
+        a, b = pick(side, "subproc.parent_cpu_ms"), pick(side, "subproc.child_cpu_ms")
+        return a + b if isinstance(a, float) and isinstance(b, float) else a
+
+    reps = f", median of {ip['reps']}" if ip["reps"] > 1 else ""
+    rows = [
+        row(
+            "1",
+            f"in-process rollout CPU, ms ({ip['n']} x Taskset.run, LocalRuntime, "
+            f"max_concurrent={ip['concurrency']}{reps})",
+            ("<=", 0.25),
+            "inproc.cpu_ms",
+        ),
+        row("1b", "in-process rollouts/s (wall, same runs)", None, "inproc.rollouts_per_s"),
+        row(
+            "2",
+            f"subprocess rollouts/s (SubprocessRuntime, max_concurrent={sp['concurrency']}; "
+            f"proctor n={sp['n']}, HUD n={hs['n']})",
+            (">=", 100),
+            "subproc.rollouts_per_s",
+        ),
+        Row(
+            "2b",
+            "subprocess CPU per rollout, ms (parent + env children)",
+            None,
+            subproc_cpu(p),
+            subproc_cpu(h),
+        ),
+        row(
+            "2c",
+            f"cold substrate p50, spawn -> port announced, ms (sequential; "
+            f"proctor n={sp['cold']}, HUD n={hs['cold']})",
+            ("<=", 50),
+            "subproc.cold_port_p50_ms",
+        ),
+        row(
+            "2d",
+            "cold substrate p50, spawn -> hello answered, ms",
+            None,
+            "subproc.cold_hello_p50_ms",
+        ),
+    ]
+    for loop, key in (("asyncio", "3"), ("uvloop", "3u")):
+        rows += [
+            row(
+                key,
+                f"warm start+grade p50, ms (1 TCP connection, {w['iters']} iters, {loop})",
+                ("<=", 0.15),
+                f"warm:{loop}.p50_ms",
+            ),
+            row("", f"warm start+grade p99, ms ({loop})", None, f"warm:{loop}.p99_ms"),
+            row(
+                "",
+                f"warm start+grade p50 on the process's 2nd connection, ms ({loop})",
+                ("<=", 0.15),
+                f"warm:{loop}.second.p50_ms",
+            ),
+        ]
+    for loop, key in (("asyncio", "4"), ("uvloop", "4u")):
+        rows += [
+            row(
+                key,
+                f"connect+hello+start+grade+close p50, ms (TCP, {nc['iters']} iters, {loop})",
+                None,
+                f"newconn:{loop}.p50_ms",
+            ),
+            row(
+                "",
+                f"connect+hello+start+grade+close p99, ms ({loop})",
+                None,
+                f"newconn:{loop}.p99_ms",
+            ),
+        ]
+
+    def imp(key: str, label: str, budget: Any, name: str, field: str) -> Row:
+        return Row(key, label, budget, pick_import(p, name, field), pick_import(h, name, field))
+
+    runs = cfg["import_runs"]
+    rows += [
+        imp(
+            "5",
+            f"`import proctor` vs `import hud`, ms (in-process, median of {runs})",
+            ("<=", 150),
+            "import",
+            "import_ms",
+        ),
+        imp("5b", "same, whole process wall, ms", None, "import", "wall_ms"),
+        imp("5c", "same, RSS after import, MiB", None, "import", "rss_mib"),
+        imp(
+            "5d",
+            "import of the rollout API (Environment, LocalRuntime, Taskset, connect, rollout), ms",
+            None,
+            "api",
+            "import_ms",
+        ),
+    ]
+    return rows
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def machine() -> list[str]:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    impl = f"{platform.python_implementation()} {platform.python_version()}"
+    return [
+        f"machine: nproc={nproc} ({model}); {platform.platform()}; load avg at start {load}",
+        f"python:  {impl} ({sys.executable})",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small counts (< 30 s smoke run)")
+    parser.add_argument(
+        "--peers-python",
+        default=os.environ.get("PROCTOR_PEERS_PYTHON"),
+        help="python of the venv with hud==0.6.21 (default: $PROCTOR_PEERS_PYTHON)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write every raw result here")
+    args = parser.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    timeout = 120.0 if args.quick else 1200.0
+    started = time.perf_counter()
+    has_peers, why = peers_usable(args.peers_python)
+    # abspath, not resolve(): a venv's python is a symlink that must stay in its venv.
+    peers = os.path.abspath(args.peers_python) if has_peers else None
+    params = {k: cfg[k] for k in ("inproc", "subproc", "warm", "newconn")}
+    runs, warmup = cfg["import_runs"], cfg["import_warmup"]
+    base_env, pyc_note = child_environ()
+
+    with tempfile.TemporaryDirectory(prefix="proctor-bench-") as name:
+        tmp = Path(name)
+        log("proctor side ...")
+        p = run_side(sys.executable, "_proctor_side.py", params, tmp, base_env, timeout)
+        hud_env = hud_environ(base_env, tmp)
+        if peers is not None:
+            log(f"HUD side ({peers}) ...")
+            hud_params = {**params, "subproc": cfg["hud_subproc"]}
+            h = run_side(peers, "_hud_side.py", hud_params, tmp, hud_env, timeout)
+        else:
+            log(f"HUD side skipped: {why}")
+            h = {"error": why, "absent": True}
+        log("import times ...")
+        p["imports"], h["imports"] = {}, {}
+        for key, (p_stmt, h_stmt) in IMPORTS.items():
+            p["imports"][key] = measure_imports(sys.executable, p_stmt, runs, warmup, base_env, tmp)
+            if peers is not None:
+                h["imports"][key] = measure_imports(peers, h_stmt, runs, warmup, hud_env, tmp)
+        spans = sum(1 for _ in (tmp / "spans").iterdir())
+        home_left = sorted(x.name for x in (tmp / "home").iterdir())
+
+    rows = build_rows(cfg, p, h)
+    lines = [
+        "proctor vs HUD rollout benchmark" + (" (--quick: small counts)" if args.quick else ""),
+        "command: " + shlex.join(getattr(sys, "orig_argv", sys.argv)),
+        *machine(),
+        _versions(p, h, why),
+        "",
+        render(rows),
+        "",
+        *_notes(cfg, p, h, rows, spans, home_left, pyc_note),
+        f"total bench time {time.perf_counter() - started:.0f} s; load avg at the end "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+    ]
+    print("\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": cfg, "proctor": p, "hud": h}, indent=1))
+    return 0
+
+
+def _versions(p: dict[str, Any], h: dict[str, Any], why: str) -> str:
+    def one(side: dict[str, Any], name: str) -> str:
+        info = side.get("framework")
+        if not info:
+            return f"{name} n/a ({why})" if side.get("absent") else f"{name} ?"
+        return f"{name} {info['version']} (uvloop {info.get('uvloop') or 'not installed'})"
+
+    return f"versions: {one(p, 'proctor')}; {one(h, 'hud')}"
+
+
+def _notes(
+    cfg: dict[str, Any],
+    p: dict[str, Any],
+    h: dict[str, Any],
+    rows: list[Row],
+    spans: int,
+    home_left: list[str],
+    pyc_note: str | None,
+) -> list[str]:
+    discard = cfg["subproc"]["discard"]
+    warmed = f" The first {discard} spawn(s) per side only warm the page cache." if discard else ""
+    paragraphs = [
+        "ratio is proctor/HUD: below 1x is better for times, above 1x for rollouts/s.",
+        "Every section runs in a fresh interpreter. CPU is time.process_time() of that process "
+        "(client, server and engine share it); 2b adds RUSAGE_CHILDREN of the reaped env "
+        "children.",
+        "2c/2d: spawns run one at a time with nothing else in flight." + warmed + " Row 2's "
+        "budget is DESIGN's warm-pool target (>= 100 isolated rollouts/s on 2 cores); both "
+        "frameworks here spawn a cold child per rollout.",
+        "3/4: client and server share one process and event loop; perf_counter per iteration "
+        "after warmup. Row 3 is the process's first TCP connection; its '2nd connection' row "
+        "shows glibc's mmap threshold at work on asyncio's 256 KiB recv (bench/_common.py). "
+        "HUD's venv has no uvloop, so its uvloop rows are n/a.",
+        "HUD runs with HUD_TELEMETRY_ENABLED=false, so it writes spans to a private temp dir "
+        f"({spans} span files this run); its private HOME ends with {home_left or 'nothing'}."
+        if "sections" in h
+        else "",
+        "HUD's LocalRuntime serializes rollouts of one Environment (start, bind, serve, stop per "
+        "rollout); proctor's shares one in-memory server among overlapping rollouts.",
+    ]
+    patched = next((s["patched"] for s in p.get("sections", {}).values() if s.get("patched")), None)
+    if any(r.mark for r in rows) and patched:
+        paragraphs.append(f"* {patched}.")
+    for side, res in (("proctor", p), ("HUD", h)):
+        if "sections" not in res and not res.get("absent"):
+            paragraphs.append(f"{side} side failed: {res.get('error')}")
+        for name, sec in res.get("sections", {}).items():
+            if "error" in sec or sec.get("complete") is False:
+                detail = sec.get("error") or (
+                    f"{sec.get('errors')} failed runs, first: {sec.get('first_error')}"
+                )
+                paragraphs.append(f"{side} {name}: {detail}")
+        bare, imp = res.get("imports", {}).get("bare"), res.get("imports", {}).get("import")
+        if bare and imp and "error" not in bare and "error" not in imp:
+            paragraphs.append(
+                f"{side}: a bare interpreter (python -c pass) takes {bare['wall_ms']:.0f} ms wall "
+                f"and {bare['rss_mib']:.1f} MiB RSS; `import` leaves {imp['modules']} modules."
+            )
+    if pyc_note:
+        paragraphs.append(pyc_note)
+    lines = ["notes:"]
+    for text in filter(None, paragraphs):
+        lines += textwrap.wrap(text, 96, initial_indent="- ", subsequent_indent="  ")
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())
