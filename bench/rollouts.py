@@ -2,13 +2,14 @@
 
     .venv/bin/python bench/rollouts.py --peers-python .venv-peers/bin/python [--quick]
 
-Each framework runs its half in its own fresh interpreter: `bench/_proctor_side.py`
-under this python, `bench/_hud_side.py` under `--peers-python` (hud==0.6.21) with a
-scrubbed environment (private HOME, no HUD_API_KEY, telemetry and CLI analytics off,
-every HUD_*_URL pointed at 127.0.0.1:9). Both drive twin trivial environments
-(`bench/envs/`) with a trivial agent, so the numbers are framework overhead. Import
-time is measured here, in fresh interpreters. The rows and budgets follow DESIGN.md
-section 8; without a peers python the HUD column reads n/a.
+Every section of each side runs in a fresh interpreter: `bench/_proctor_side.py` under
+this python, `bench/_hud_side.py` under `--peers-python` (hud==0.6.21) with a scrubbed
+environment (private HOME, no HUD_API_KEY, telemetry and CLI analytics off, every
+HUD_*_URL pointed at 127.0.0.1:9; all traffic stays on 127.0.0.1). Both drive twin
+trivial environments (`bench/envs/`) with a trivial agent, so the numbers are framework
+overhead. Import time is measured here, in fresh interpreters too. The rows and budgets
+follow DESIGN.md section 8; without a peers python the HUD column reads n/a. Progress
+goes to stderr, the report to stdout; `--json PATH` keeps every raw number.
 """
 
 from __future__ import annotations
@@ -418,7 +419,7 @@ def build_rows(cfg: dict[str, Any], p: dict[str, Any], h: dict[str, Any]) -> lis
 # -- main --------------------------------------------------------------------------------
 
 
-def machine() -> list[str]:
+def machine(load: tuple[float, float, float]) -> list[str]:
     model = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -428,10 +429,10 @@ def machine() -> list[str]:
     except OSError:
         pass
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    busy = ", ".join(f"{x:.2f}" for x in load)
     impl = f"{platform.python_implementation()} {platform.python_version()}"
     return [
-        f"machine: nproc={nproc} ({model}); {platform.platform()}; load avg at start {load}",
+        f"machine: nproc={nproc} ({model}); {platform.platform()}; load avg at start {busy}",
         f"python:  {impl} ({sys.executable})",
     ]
 
@@ -448,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     timeout = 120.0 if args.quick else 1200.0
-    started = time.perf_counter()
+    started, load = time.perf_counter(), os.getloadavg()
     has_peers, why = peers_usable(args.peers_python)
     # abspath, not resolve(): a venv's python is a symlink that must stay in its venv.
     peers = os.path.abspath(args.peers_python) if has_peers else None
@@ -481,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "proctor vs HUD rollout benchmark" + (" (--quick: small counts)" if args.quick else ""),
         "command: " + shlex.join(getattr(sys, "orig_argv", sys.argv)),
-        *machine(),
+        *machine(load),
         _versions(p, h, why),
         "",
         render(rows),
