@@ -213,6 +213,31 @@ async def test_connecting_failure_is_bounded_by_the_connect_timeout() -> None:
     assert time.monotonic() - t0 < 3
 
 
+async def test_a_listener_that_never_answers_hello_is_bounded_by_the_connect_timeout() -> None:
+    hung_up = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accept, never answer, until the client hangs up
+        writer.close()
+        await writer.wait_closed()
+        hung_up.set()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        t0 = time.monotonic()
+        run = await rollout(
+            echo(text="a"),
+            solver,
+            runtime=Runtime(f"tcp://127.0.0.1:{port}"),
+            timeout=Timeouts(connect=0.3),
+        )
+        assert time.monotonic() - t0 < 2
+        async with asyncio.timeout(2):
+            await hung_up.wait()  # the rollout closed its connection
+    assert_failed(run, "connecting", "RolloutTimeout", "connecting timed out after 0.3s")
+
+
 async def test_connect_timeout_keeps_its_type_under_a_rollout_deadline() -> None:
     run = await rollout(
         echo(text="a"),

@@ -77,9 +77,12 @@ async def _drive(
 ) -> None:
     endpoint = await stack.enter_async_context(provider(run.task))
     run.phase = "connecting"
-    run.client = await stack.enter_async_context(
-        connect(endpoint.target, ready_timeout=limits.connect)
-    )
+    # connect() bounds its retries by ready_timeout, not a dial or hello that hangs (a
+    # listener that never answers): the phase's own deadline covers both.
+    async with _scope(limits.connect, run):
+        run.client = await stack.enter_async_context(
+            connect(endpoint.target, ready_timeout=limits.connect)
+        )
     run.phase = "starting"
     async with _scope(limits.start, run):
         await run.start()
