@@ -42,7 +42,22 @@ async def rollout(
     Provider, connection and task are stacked and always unwound, in reverse, within
     the teardown deadline, which the rollout deadline never cuts short. A failure
     anywhere becomes `run.error` (with its phase); only cancellation propagates, after
-    cleanup.
+    cleanup. A run that fails after the task may have started cancels it first.
+
+    Args:
+        task: the row to run.
+        agent: acts on the run and leaves its answer in `run.trace.content`.
+        runtime: the provider (default: the row's environment in this process).
+        job_id: the job this run belongs to (default: a fresh id).
+        group_id: shared by the repeats of one row (default: a fresh id).
+        timeout: a `Timeouts`, or a number capping the rollout (see `Timeouts`).
+        trace_id: the trace's id (default: a fresh id).
+
+    Returns:
+        The run: `completed` with a grade, or `failed` with the phase that failed.
+
+    Raises:
+        asyncio.CancelledError: the rollout was cancelled (after its teardown).
     """
     limits = Timeouts.of(timeout)
     provider = runtime if runtime is not None else default_runtime()
