@@ -318,12 +318,15 @@ def test_ctrl_c_exits_promptly_and_leaves_no_child(source: Path, tmp_path: Path)
         watchdog.cancel()
         proc.kill()
         proc.wait()
+        left = children_matching(str(source))
+        for pid in left:  # the children live in their own sessions: reap them here
+            os.kill(pid, signal.SIGKILL)
         assert proc.stderr is not None
         stderr = proc.stderr.read()
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()
     assert code != 0 and "KeyboardInterrupt" in stderr
-    assert children_matching(str(source)) == []
+    assert left == []
 
 
 # --- logging ------------------------------------------------------------------------------
