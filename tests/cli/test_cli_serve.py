@@ -97,3 +97,12 @@ def test_help_is_cheap() -> None:
         check=True,
     )
     assert probe.stdout.strip() == "[]"
+
+
+def test_console_script_and_version() -> None:
+    from proctor import __version__
+
+    script = Path(sys.executable).with_name("proctor")
+    assert script.exists(), "the editable install should provide the proctor script"
+    result = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
+    assert result.stdout == f"proctor {__version__}\n"
