@@ -260,7 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
         "per rollout, or a server already running",
     )
     run.add_argument(
-        "--env", metavar="NAME", help="which environment to serve, if the source has several"
+        "--env",
+        metavar="NAME",
+        help="which environment to serve, if the source has several (default: the one "
+        "every row names)",
     )
     run.add_argument(
         "--env-source",
