@@ -97,6 +97,15 @@ class Probe:
                 await self._final.wait()
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for a condition the server reaches on its own (e.g. parking after a drop)."""
+    for _ in range(int(TIMEOUT / 0.002)):
+        if condition():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("condition not reached in time")
+
+
 def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
     env = Environment("wire-test", "1.2.3", capabilities=capabilities)
 
@@ -127,6 +136,13 @@ def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
         yield 1.0
 
     @env.template
+    async def relay() -> Any:
+        # a per-episode binding to the same daemon as the declared capability
+        url = capabilities[0].url if capabilities else "tcp://127.0.0.1:9"
+        yield {"prompt": "p", "bindings": [{"name": "relay", "protocol": "tcp", "url": url}]}
+        yield 1.0
+
+    @env.template
     async def scored(kind: str) -> Any:
         yield "grade me"
         if kind == "float":
@@ -148,6 +164,8 @@ def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
             yield {"score": math.inf}
         elif kind == "text":
             yield "high"
+        elif kind == "huge":
+            yield 10**400
         elif kind == "raise":
             raise ValueError("boom")
         # any other kind: the generator ends without a second yield
@@ -190,6 +208,29 @@ def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
     async def broken_start() -> Any:
         raise RuntimeError("cannot set up")
         yield "never"
+
+    @env.template
+    async def broken_teardown() -> Any:
+        try:
+            yield "p"
+            yield 1.0
+        finally:
+            raise RuntimeError("teardown broke")
+
+    @env.template
+    async def slow_teardown(tag: str = "slow") -> Any:
+        try:
+            yield "p"
+            yield 1.0
+        finally:
+            probe.entered.set()
+            await probe.gate.wait()
+            probe.final(tag)
+
+    @env.template
+    async def positional(x: int, /) -> Any:  # the runner cannot call this with keywords
+        yield "never"
+        yield 1.0
 
     return env
 

@@ -8,7 +8,10 @@ import re
 from typing import Any
 
 import pytest
-from conftest import error, frame, result
+from conftest import build_env, error, frame, result, until
+
+from proctor import RemoteError
+from proctor.channel import Server, connect
 
 SESSION_ID = re.compile(r"sess-[0-9a-f]+")
 
@@ -468,3 +471,72 @@ async def test_ids_are_echoed_exactly(raw, rid: Any) -> None:
     conn = await raw()
     await conn.send({"jsonrpc": "2.0", "id": rid, "method": "tasks.cancel"})
     assert await conn.line() == result(rid, {"cancelled": False})
+
+
+# --- faults of the environment's own code ------------------------------------------------------
+
+
+async def test_a_failing_teardown_does_not_refuse_the_next_start(raw, caplog) -> None:
+    conn = await raw()
+    await conn.result("tasks.start", {"id": "broken_teardown"})
+    assert await conn.result("tasks.start", {"id": "greet"}) == {"prompt": "hello world"}
+    await conn.result("tasks.start", {"id": "broken_teardown"})
+    assert await conn.result("tasks.cancel") == {"cancelled": True}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["broken_teardown: teardown failed: RuntimeError: teardown broke"] * 2
+
+
+async def test_a_crash_outside_the_task_code_is_still_answered(raw, caplog) -> None:
+    conn = await raw()
+    reply = await conn.call("tasks.start", {"id": "positional", "args": {"x": 1}})
+    assert reply["error"]["code"] == -32000
+    assert reply["error"]["message"].startswith("positional: TypeError: ")
+    await conn.result("tasks.start", {"id": "scored", "args": {"kind": "huge"}})
+    reply = await conn.call("tasks.grade", {"answer": None})
+    assert reply["error"]["code"] == -32000
+    assert reply["error"]["message"].startswith("scored: OverflowError: ")
+    assert await conn.result("tasks.start", {"id": "greet"}) == {"prompt": "hello world"}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "positional crashed",
+        "scored crashed",
+    ]
+    caplog.clear()  # these were the environment's bugs, logged on purpose
+
+
+class Opaque:
+    """A type pydantic knows no schema for."""
+
+
+async def test_a_template_whose_schema_cannot_be_built(probe, caplog) -> None:
+    env = build_env(probe, [])
+
+    @env.template
+    async def opaque(thing: Opaque) -> Any:
+        yield "p"
+        yield 1.0
+
+    server = Server(env)
+    async with connect(server) as client:
+        with pytest.raises(RemoteError, match=r"^\[-32000\] tasks\.list: PydanticSchema"):
+            await client.list_tasks()
+        with pytest.raises(RemoteError, match=r"^\[-32000\] opaque: PydanticSchema"):
+            await client.start_task("opaque", {"thing": 1})
+        assert await client.start_task("greet") == {"prompt": "hello world"}
+    await server.aclose()
+    caplog.clear()
+
+
+async def test_a_refused_bye_leaves_the_session_as_it_was(raw, server, probe) -> None:
+    conn = await raw()
+    sid = (await conn.result("hello"))["session_id"]
+    await conn.result("tasks.start", {"id": "slow_teardown", "args": {"tag": "t"}})
+    await conn.send({"jsonrpc": "2.0", "id": 1, "method": "tasks.cancel"})
+    await asyncio.wait_for(probe.entered.wait(), 5)
+    await conn.send({"jsonrpc": "2.0", "id": 2, "method": "bye"})
+    assert await conn.line() == error(2, -32600, "a cancel is already running")
+    probe.gate.set()
+    assert await conn.line() == result(1, {"cancelled": True})
+    await conn.result("tasks.start", {"id": "guarded", "args": {"tag": "kept"}})
+    conn.close()
+    await until(lambda: sid in server._parked)  # parked, not cancelled as after a bye
+    assert probe.finals == ["t"]

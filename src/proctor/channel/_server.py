@@ -111,6 +111,7 @@ class Server:
             listener.close()
         for conn in list(self._connections):
             conn.abort()
+        await asyncio.sleep(0)  # aborted connections hear connection_lost and detach
         for sid in list(self._parked):
             self._expire(sid)
         while self._background:
@@ -170,20 +171,17 @@ class Server:
         return [c.to_manifest() for c in self.env.capabilities]
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(Pipe):
     """One accepted connection: a preface, then a control session or a raw tunnel."""
 
     def __init__(self, server: Server) -> None:
+        super().__init__()
         self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.buffer = LineBuffer()
+        self.buffer: LineBuffer | None = LineBuffer()  # None once it is a tunnel
         self.session: _Session | None = None
-        self.tunnel: Pipe | None = None
-        self._tunnel_pending: list[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        super().connection_made(transport)
         self.server._connections.add(self)
 
     def send(self, frame: bytes) -> None:
@@ -199,46 +197,40 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        if self.buffer is None:
+            super().data_received(data)
+            return
         try:
-            if self.session is not None:
-                for line in self.buffer.feed(data):
-                    self.session.feed(line)
-            elif self._tunnel_pending is not None:
-                self._tunnel_data(data)
-            else:
-                self._preface(data)
+            if self.session is None:
+                frame, data = self.buffer.feed_first(data)
+                if frame is None or not self._preface(frame, data):
+                    return
+            lines = self.buffer.feed(data)
         except FrameTooLarge as exc:
+            self._dispatch(exc.frames)
             self.send(error_frame(None, INVALID_REQUEST, str(exc)))
             self.close()
+            return
+        self._dispatch(lines)
+
+    def _dispatch(self, lines: list[bytes]) -> None:
+        for line in lines:
+            assert self.session is not None
+            self.session.feed(line)
 
     def eof_received(self) -> bool:
-        if self.tunnel is not None and self.tunnel.transport is not None:
-            tunnel = self.tunnel.transport
-            if tunnel.can_write_eof() and not tunnel.is_closing():
-                tunnel.write_eof()
-                return True
-        return False
+        # A control session ends with its client's EOF; a tunnel passes it on.
+        return self.buffer is None and super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
         self.server._connections.discard(self)
         if self.session is not None:
             self.session.detach()
-        if self.tunnel is not None and self.tunnel.transport is not None:
-            self.tunnel.transport.close()
         self.transport = None
 
-    def pause_writing(self) -> None:
-        if self.tunnel is not None and self.tunnel.transport is not None:
-            self.tunnel.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.tunnel is not None and self.tunnel.transport is not None:
-            self.tunnel.transport.resume_reading()
-
-    def _preface(self, data: bytes) -> None:
-        frame, rest = self.buffer.feed_first(data)
-        if frame is None:
-            return
+    def _preface(self, frame: bytes, rest: bytes) -> bool:
+        """Check the token, then start a session (True) or a tunnel (False)."""
         try:
             msg = decode(frame)
         except ParseError:
@@ -248,25 +240,16 @@ class _Connection(asyncio.Protocol):
             mid = msg.get("id") if isinstance(msg, dict) else None
             self.send(error_frame(mid, INVALID_REQUEST, "unauthorized: a valid token is required"))
             self.close()
-            return
+            return False
         if isinstance(msg, dict) and msg.get("method") == "tunnel.open":
-            self._tunnel_pending = [rest] if rest else []
-            assert self.transport is not None
-            self.transport.pause_reading()
+            self.buffer = None
+            if rest:
+                super().data_received(rest)
             self.server.spawn(self._open_tunnel(msg))
-            return
+            return False
         self.session = _Session(self.server, self)
         self.session.feed(frame)
-        if rest:
-            for line in self.buffer.feed(rest):
-                self.session.feed(line)
-
-    def _tunnel_data(self, data: bytes) -> None:
-        if self.tunnel is not None and self.tunnel.transport is not None:
-            self.tunnel.transport.write(data)
-        else:
-            assert self._tunnel_pending is not None
-            self._tunnel_pending.append(data)
+        return True
 
     async def _open_tunnel(self, msg: dict[str, Any]) -> None:
         mid = msg.get("id")
@@ -277,27 +260,22 @@ class _Connection(asyncio.Protocol):
             self.send(error_frame(mid, INVALID_PARAMS, f"tunnel.open: unknown capability {name!r}"))
             self.close()
             return
+        daemon = Pipe()  # holds what the daemon says until our reply frame is out
         try:
             host, port = host_port(cap.url)
-            loop = asyncio.get_running_loop()
-            pipe = Pipe(self.transport)
-            await loop.create_connection(lambda: pipe, host, port)
+            await asyncio.get_running_loop().create_connection(lambda: daemon, host, port)
         except (OSError, ValueError) as exc:
             self.send(error_frame(mid, TASK_ERROR, f"tunnel.open: cannot reach {name!r}: {exc}"))
             self.close()
             return
+        assert daemon.transport is not None
         if self.transport is None:  # the client left while we dialled
-            assert pipe.transport is not None
-            pipe.transport.close()
+            daemon.transport.close()
             return
-        self.tunnel = pipe
         if mid is not None:
             self.send(result_frame(mid, {"capability": name}))
-        assert pipe.transport is not None
-        for chunk in self._tunnel_pending or ():
-            pipe.transport.write(chunk)
-        self._tunnel_pending = []
-        self.transport.resume_reading()
+        daemon.attach(self.transport)
+        self.attach(daemon.transport)
 
 
 class _Session:
@@ -310,7 +288,6 @@ class _Session:
         self.runner: TaskRunner | None = None
         self.call: asyncio.Task[None] | None = None
         self.call_rid: Any = _NOTIFY
-        self.ended = False
         server._live[self.id] = self
 
     # -- framing ------------------------------------------------------------------
@@ -369,7 +346,10 @@ class _Session:
         if handler is None:
             self.error(rid, METHOD_NOT_FOUND, f"method not found: {method}")
             return
-        handler(self, rid, params)
+        try:
+            handler(self, rid, params)
+        except Exception as exc:  # e.g. a template whose schema cannot be built
+            self._failed(rid, method, exc)
 
     # -- methods --------------------------------------------------------------------
 
@@ -422,8 +402,8 @@ class _Session:
             return
         try:
             runner = TaskRunner(template, args)
-        except TaskError as exc:
-            self.error(rid, TASK_ERROR, str(exc))
+        except Exception as exc:
+            self._failed(rid, task_id, exc)
             return
         self._begin(rid, self._start(rid, runner))
 
@@ -452,7 +432,6 @@ class _Session:
         self._interrupt(rid, {"cancelled": True}, close=False)
 
     def bye(self, rid: Any, params: dict[str, Any]) -> None:
-        self.ended = True
         self._interrupt(rid, {"goodbye": True}, close=True)
 
     def tunnel_in_session(self, rid: Any, params: dict[str, Any]) -> None:
@@ -506,44 +485,47 @@ class _Session:
         old, self.runner = self.runner, runner
         try:
             if old is not None:
-                await old.cancel()
+                await _quiet_cancel(old)  # its teardown failing is no reason to refuse this one
             result = await runner.start()
-        except TaskError as exc:
-            self.runner = None
-            await _quiet_cancel(runner)
-            log.info("task failed in start: %s", exc)
-            self.error(rid, TASK_ERROR, str(exc))
-            return
         except asyncio.CancelledError:
             self.error(rid, TASK_ERROR, INTERRUPTED)
             raise
+        except Exception as exc:
+            self.runner = None
+            await _quiet_cancel(runner)
+            self._failed(rid, runner.task_id, exc)
+            return
         self.reply(rid, result)
 
     async def _grade(self, rid: Any, runner: TaskRunner, params: dict[str, Any]) -> None:
         try:
             result = await runner.grade(params)
-        except TaskError as exc:
-            log.info("task failed in grade: %s", exc)
-            self.error(rid, TASK_ERROR, str(exc))
-            return
         except asyncio.CancelledError:
             self.error(rid, TASK_ERROR, INTERRUPTED)
             await _quiet_cancel(runner)
             raise
+        except Exception as exc:
+            self._failed(rid, runner.task_id, exc)
+            return
         self.reply(rid, result)
+
+    def _failed(self, rid: Any, what: str, exc: Exception) -> None:
+        """Answer a failure: a `TaskError` as it is, anything else as a crash of `what`."""
+        if isinstance(exc, TaskError):
+            log.info("task failed: %s", exc)
+            self.error(rid, TASK_ERROR, str(exc))
+        else:  # the environment's code is at fault, not the client's request
+            log.error("%s crashed", what, exc_info=exc)
+            self.error(rid, TASK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
 
     def detach(self) -> None:
         """The connection is gone: park a suspended task, drop everything else."""
         if self.server._live.get(self.id) is self:
             del self.server._live[self.id]
-        call = self.call
-        runner, self.runner = self.runner, None
-        if runner is None and call is None:
-            return
-        if self.ended or call is not None:
-            self.runner = runner
-            self.server.spawn(self._settle(call))
-        elif runner is not None:
+        if self.call is not None:  # a call in flight is interrupted, never parked
+            self.server.spawn(self._settle(self.call))
+        elif self.runner is not None:
+            runner, self.runner = self.runner, None
             self.server.park(self.id, runner)
 
 

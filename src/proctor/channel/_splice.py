@@ -9,11 +9,16 @@ __all__ = ["Pipe", "host_port"]
 
 
 class Pipe(asyncio.Protocol):
-    """Forward what arrives on this transport to `peer`; mirror closes and back-pressure."""
+    """Forward what arrives on this transport to `peer`; mirror EOF, close and back-pressure.
+
+    Bytes (and an EOF) that arrive before `attach` are held, with reading paused. An EOF
+    is passed on as a half-close; once both directions have ended, both sides close.
+    """
 
     def __init__(self, peer: asyncio.Transport | None = None) -> None:
         self.peer = peer
         self.transport: asyncio.Transport | None = None
+        self.eof = False
         self._pending: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -26,8 +31,12 @@ class Pipe(asyncio.Protocol):
         for chunk in self._pending:
             peer.write(chunk)
         self._pending.clear()
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self.eof:
             self.transport.resume_reading()
+        elif not self._pass_eof(peer):
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.peer is None:
@@ -38,10 +47,16 @@ class Pipe(asyncio.Protocol):
             self.peer.write(data)
 
     def eof_received(self) -> bool:
-        if self.peer is not None and self.peer.can_write_eof() and not self.peer.is_closing():
-            self.peer.write_eof()
-            return True
-        return False
+        self.eof = True
+        return self.peer is None or self._pass_eof(self.peer)
+
+    def _pass_eof(self, peer: asyncio.Transport) -> bool:
+        """Half-close `peer`; False (close now) unless the other direction is still open."""
+        if peer.is_closing() or not peer.can_write_eof():
+            return False
+        peer.write_eof()
+        other = peer.get_protocol()
+        return not (isinstance(other, Pipe) and other.eof)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.peer is not None:
