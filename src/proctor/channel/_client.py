@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import (
     ChannelClosed,
+    ChannelError,
     ConnectError,
     ConnectionLost,
     ConnectTimeout,
@@ -21,7 +21,7 @@ from .._errors import (
     TaskCancelled,
 )
 from ..env._types import Capability
-from ._framing import LineBuffer, ParseError, decode
+from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
 from ._messages import INTERRUPTED, request_frame
 from ._splice import Pipe, host_port
 
@@ -65,6 +65,7 @@ class Client:
         self._closed = False
         self._forwarders: dict[str, tuple[Capability, asyncio.Task[asyncio.Server]]] = {}
         self._tunnels: set[asyncio.Task[Any]] = set()
+        self._locals: set[_LocalEnd] = set()
 
     async def _open(self) -> None:
         self._transport = await self._dial(lambda: _ClientProtocol(self))
@@ -126,7 +127,9 @@ class Client:
                 msg = await self._roundtrip(method, params)
         if "error" in msg:
             raise _remote_error(msg["error"])
-        return msg.get("result")
+        if "result" not in msg:
+            raise ProtocolError(f"{self.url}: {method} reply has neither result nor error")
+        return msg["result"]
 
     async def _roundtrip(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if self._closed:
@@ -141,7 +144,8 @@ class Client:
         try:
             return await fut
         except asyncio.CancelledError:
-            if not fut.done():
+            # Our caller gave up (which cancels `fut` too): the reply may still come.
+            if fut.cancelled() or not fut.done():
                 self._abandoned.add(rid)
             raise
         finally:
@@ -251,8 +255,12 @@ class Client:
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(ChannelClosed("client closed"))
-        for task in list(self._tunnels):
+        for local in self._locals:
+            if local.transport is not None:
+                local.transport.close()
+        for task in self._tunnels:
             task.cancel()
+        await asyncio.gather(*self._tunnels, return_exceptions=True)
 
     async def __aenter__(self) -> Client:
         return self
@@ -269,7 +277,9 @@ class _ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             lines = self.buffer.feed(data)
-        except ProtocolError as exc:
+        except FrameTooLarge as exc:
+            for line in exc.frames:
+                self.client._on_frame(line)
             self.client._fail(exc)
             return
         for line in lines:
@@ -291,9 +301,14 @@ class _LocalEnd(Pipe):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.client._locals.add(self)
         task = asyncio.get_running_loop().create_task(self.client._tunnel(self.name, self))
         self.client._tunnels.add(task)
         task.add_done_callback(self.client._tunnels.discard)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.client._locals.discard(self)
 
 
 class _TunnelClient(Pipe):
@@ -318,16 +333,17 @@ class _TunnelClient(Pipe):
         if self.buffer is None:
             super().data_received(data)
             return
-        frame, rest = self.buffer.feed_first(data)
-        if frame is None:
-            return
-        self.buffer = None
         try:
-            ok = "result" in decode(frame)
-        except ParseError:
-            ok = False
+            frame, rest = self.buffer.feed_first(data)
+            if frame is None:
+                return
+            reply = decode(frame)
+        except ProtocolError:
+            reply = None
+        self.buffer = None
         assert self.transport is not None and self.local.transport is not None
-        if not ok:
+        refused = not (isinstance(reply, dict) and "result" in reply)
+        if refused or self.local.transport.is_closing():  # or our local client left meanwhile
             self.transport.close()
             self.local.transport.close()
             return
@@ -341,12 +357,13 @@ class _TunnelClient(Pipe):
             self.local.transport.close()
 
 
-def _remote_error(err: Any) -> RemoteError:
-    if not isinstance(err, dict):
-        return RemoteError(0, f"malformed error: {err!r}")
-    code, message = err.get("code", 0), str(err.get("message", ""))
+def _remote_error(err: Any) -> ChannelError:
+    code = err.get("code") if isinstance(err, dict) else None
+    if not isinstance(code, int) or isinstance(code, bool):
+        return ProtocolError(f"malformed JSON-RPC error: {err!r}")
+    message = str(err.get("message", ""))
     cls = TaskCancelled if message == INTERRUPTED else RemoteError
-    return cls(code if isinstance(code, int) else 0, message, err.get("data"))
+    return cls(code, message, err.get("data"))
 
 
 def dialer_for(target: str | Server) -> tuple[Dialer, str]:
@@ -408,17 +425,20 @@ async def _connect_ready(
     target: str | Server, ready_timeout: float, token: str | None, session_id: str | None
 ) -> Client:
     dial, url = dialer_for(target)
-    deadline = time.monotonic() + ready_timeout
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ready_timeout
     delay = 0.005
     while True:
         client = Client(dial, url, token=token)
         try:
-            await client._open()
-            await client.hello(session_id)
+            # A server that accepts but never answers must not outlast the deadline.
+            async with asyncio.timeout_at(deadline):
+                await client._open()
+                await client.hello(session_id)
             return client
-        except (OSError, ConnectionLost) as exc:
+        except (OSError, ConnectionLost) as exc:  # TimeoutError is an OSError
             await client.aclose()
-            if time.monotonic() + delay > deadline:
+            if loop.time() + delay > deadline:
                 raise ConnectTimeout(f"{url}: not ready after {ready_timeout:g}s: {exc}") from exc
         except BaseException:
             await client.aclose()
