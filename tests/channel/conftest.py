@@ -143,6 +143,12 @@ def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
         yield 1.0
 
     @env.template
+    async def misbound() -> Any:
+        # per-episode bindings an author got wrong: no url, a url without a port
+        yield {"prompt": "p", "bindings": [{"name": "nourl"}, {"name": "noport", "url": "x"}]}
+        yield 1.0
+
+    @env.template
     async def scored(kind: str) -> Any:
         yield "grade me"
         if kind == "float":

@@ -68,6 +68,22 @@ async def test_tunnel_to_an_unreachable_capability_errors_and_closes(raw) -> Non
     assert await conn.closed()
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("nourl", "tunnel.open: cannot reach 'nourl': '' names no host:port"),
+        ("noport", "tunnel.open: cannot reach 'noport': 'x' names no host:port"),
+    ],
+)
+async def test_tunnel_to_a_malformed_per_episode_binding(raw, name: str, message: str) -> None:
+    control = await raw()
+    await control.result("tasks.start", {"id": "misbound"})
+    conn = await raw()
+    await conn.send(OPEN_ECHO.replace(b'"echo"', f'"{name}"'.encode()))
+    assert await conn.line() == error(1, -32000, message)
+    assert await conn.closed()
+
+
 async def test_tunnel_reaches_a_per_episode_binding(raw) -> None:
     control = await raw()
     await control.result("tasks.start", {"id": "relay"})
@@ -101,8 +117,9 @@ async def open_raw(addr: tuple[str, int]) -> Raw:
 
 async def test_listen_beyond_loopback_needs_a_token(env) -> None:
     srv = Server(env)
-    with pytest.raises(ValueError, match="requires a token"):
-        await srv.listen("0.0.0.0")
+    for host in ("0.0.0.0", "", "::", "10.1.2.3", "127.attacker.example", "127.0.0.1.nip.io"):
+        with pytest.raises(ValueError, match="requires a token"):
+            await srv.listen(host)
     await srv.aclose()
 
 

@@ -9,7 +9,9 @@ transport-agnostic: the same protocol object runs over a socket or a `MemoryTran
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import ipaddress
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
@@ -18,7 +20,6 @@ from typing import Any
 from .._errors import TaskError
 from ..env._environment import Environment
 from ..env._runner import TaskRunner
-from ..env._types import Capability
 from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
 from ._memory import MemoryTransport, memory_pair
 from ._messages import (
@@ -151,20 +152,19 @@ class Server:
         given = params.get("token") if isinstance(params, dict) else None
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
 
-    def find_capability(self, name: Any) -> Capability | None:
+    def capability_url(self, name: Any) -> str | None:
+        """Where the declared or per-episode capability `name` listens; None if unknown."""
         if not isinstance(name, str):
             return None
-        try:
-            return self.env.capability(name)
-        except KeyError:
-            pass
+        with contextlib.suppress(KeyError):
+            return self.env.capability(name).url
         runners = [s.runner for s in self._live.values()] + [
             p.runner for p in self._parked.values()
         ]
         for runner in runners:
             for binding in runner.bindings if runner else ():
                 if isinstance(binding, dict) and binding.get("name") == name:
-                    return Capability.from_manifest(binding)
+                    return str(binding.get("url", ""))  # checked when dialled
         return None
 
     def bindings(self) -> list[dict[str, Any]]:
@@ -255,14 +255,14 @@ class _Connection(Pipe):
         mid = msg.get("id")
         params = msg.get("params")
         name = params.get("capability") if isinstance(params, dict) else None
-        cap = self.server.find_capability(name)
-        if cap is None:
+        url = self.server.capability_url(name)
+        if url is None:
             self.send(error_frame(mid, INVALID_PARAMS, f"tunnel.open: unknown capability {name!r}"))
             self.close()
             return
         daemon = Pipe()  # holds what the daemon says until our reply frame is out
         try:
-            host, port = host_port(cap.url)
+            host, port = host_port(url)
             await asyncio.get_running_loop().create_connection(lambda: daemon, host, port)
         except (OSError, ValueError) as exc:
             self.send(error_frame(mid, TASK_ERROR, f"tunnel.open: cannot reach {name!r}: {exc}"))
@@ -550,4 +550,9 @@ async def _quiet_cancel(runner: TaskRunner) -> None:
 
 
 def _is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # any other host name may resolve anywhere
+        return False
