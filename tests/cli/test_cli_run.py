@@ -107,6 +107,13 @@ def test_subprocess_runtime() -> None:
     assert (summary["runs"], summary["errors"], summary["mean_reward"]) == (12, 0, 1.0)
 
 
+def test_warm_runtime_forks_each_rollout_from_a_zygote() -> None:
+    result = proctor("run", TASKS, "--runtime", "warm", "--group", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["runs"], summary["errors"], summary["mean_reward"]) == (24, 0, 1.0)
+
+
 def test_tcp_runtime(served: Served) -> None:
     result = proctor("run", TASKS, "--runtime", served.url, "--group", "3", "--json")
     assert result.returncode == 0, result.stderr

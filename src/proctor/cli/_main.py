@@ -250,14 +250,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrent",
         type=_positive_int,
         metavar="N",
-        help="rollouts at a time (default: all for local and tcp, 2 per CPU for subprocess)",
+        help="rollouts at a time (default: all for local and tcp, 2 per CPU for "
+        "subprocess and warm)",
     )
     run.add_argument(
         "--runtime",
         default="local",
-        metavar="local|subprocess|tcp://H:P",
-        help="where environments run: in this process (default), one child process "
-        "per rollout, or a server already running",
+        metavar="local|subprocess|warm|tcp://H:P",
+        help="where environments run: in this process (default), one fresh child "
+        "process per rollout, one child per rollout forked from a warm pre-loaded "
+        "zygote, or a server already running",
     )
     run.add_argument(
         "--env",
@@ -278,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", metavar="FILE", help="write one JSON line per run to FILE (must be new)"
     )
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed")
-    _add_connect(run, token=False)
+    _add_connect(run)
     _add_json(run)
     run.set_defaults(handler=_lazy("._run", "cmd_run"))
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ._common import CLIError, print_json, run_async, split_source, table
+from ._common import CLIError, print_json, read_token, run_async, split_source, table
 
 if TYPE_CHECKING:
     from ..engine import Job, Run
@@ -36,7 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{env_source} is not a Python source, so it defines no environment; "
             "pass --env-source PATH.py (or --runtime tcp://HOST:PORT)"
         )
-    if runtime == "subprocess" and not Path(env_source).exists():
+    if runtime in ("subprocess", "warm") and not Path(env_source).exists():
         raise CLIError(f"{env_source}: no such file")
     if args.output and os.path.lexists(args.output):
         raise CLIError(f"{args.output} already exists; --output writes a new file")
@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     agent = resolve_agent(args.agent, source, env_source)
     max_concurrent = args.max_concurrent
-    if max_concurrent is None and runtime == "subprocess":
+    if max_concurrent is None and runtime in ("subprocess", "warm"):
         max_concurrent = 2 * (os.cpu_count() or 1)
     writer = _Writer(args.output) if args.output else None
     try:
@@ -75,6 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 max_concurrent=max_concurrent,
                 rollout_timeout=args.timeout,
                 ready_timeout=args.ready_timeout,
+                token=read_token(args.token_env),
                 writer=writer,
             ),
             fast=True,
@@ -148,11 +149,11 @@ def _is_python(source: str) -> bool:
 
 
 def _parse_runtime(text: str) -> str:
-    if text in ("local", "subprocess"):
+    if text in ("local", "subprocess", "warm"):
         return text
     if text.startswith("tcp://"):
         return text
-    raise CLIError(f"--runtime: expected local, subprocess or tcp://HOST:PORT, got {text!r}")
+    raise CLIError(f"--runtime: expected local, subprocess, warm or tcp://HOST:PORT, got {text!r}")
 
 
 @contextlib.asynccontextmanager
@@ -162,6 +163,7 @@ async def _provider(
     env_source: str,
     env_name: str | None,
     ready_timeout: float,
+    token: str | None = None,
 ) -> AsyncIterator[ProviderLike]:
     from ..runtimes import LocalRuntime, Runtime, SubprocessRuntime
 
@@ -174,12 +176,15 @@ async def _provider(
             yield local
     elif runtime == "subprocess":
         yield SubprocessRuntime(env_source, env_name=env_name)
+    elif runtime == "warm":
+        async with SubprocessRuntime(env_source, env_name=env_name, warm=True) as warm:
+            yield warm
     else:
         from ..channel import connect
 
-        async with connect(runtime, ready_timeout=ready_timeout):
+        async with connect(runtime, ready_timeout=ready_timeout, token=token):
             pass  # fail fast when nothing answers there
-        yield Runtime(runtime)
+        yield Runtime(runtime, token=token)
 
 
 # -- execution --------------------------------------------------------------------------
@@ -197,6 +202,7 @@ async def _execute(
     max_concurrent: int | None,
     rollout_timeout: float | None,
     ready_timeout: float,
+    token: str | None,
     writer: _Writer | None,
 ) -> tuple[Job, float]:
     import asyncio
@@ -210,7 +216,7 @@ async def _execute(
             writer(run)
         progress.update(run)
 
-    async with _provider(runtime, served, env_source, env_name, ready_timeout) as provider:
+    async with _provider(runtime, served, env_source, env_name, ready_timeout, token) as provider:
         ticker = asyncio.get_running_loop().create_task(progress.tick())
         t0 = time.perf_counter()
         try:

@@ -96,7 +96,7 @@ async def _drive(
     # listener that never answers): the phase's own deadline covers both.
     async with _scope(limits.connect, run):
         run.client = await stack.enter_async_context(
-            connect(endpoint.target, ready_timeout=limits.connect)
+            connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
         )
     run.phase = "starting"
     async with _scope(limits.start, run):
@@ -184,7 +184,10 @@ async def run_taskset(
             )
             results[i] = run
             if on_run is not None:
-                on_run(run)
+                try:
+                    on_run(run)
+                except Exception:  # a broken progress callback must not sink the batch
+                    log.exception("on_run callback failed for %s", run.slug)
 
     workers = min(max_concurrent or len(pairs), len(pairs))
     try:

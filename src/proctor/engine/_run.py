@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
@@ -99,19 +100,26 @@ class Run:
         """Seconds from start to end, once ended."""
         return None if self.ended_at is None else self.ended_at - self.started_at
 
+    @property
+    def episode_bindings(self) -> dict[str, dict[str, Any]]:
+        """Per-episode data the task published for its capabilities, by capability name."""
+        bindings = self.start_result.get("bindings")
+        return bindings if isinstance(bindings, dict) else {}
+
     def binding(self, name: str) -> Capability:
-        """A capability (environment-wide or this episode's) routed to a local URL.
+        """The capability `name`, routed to a local URL through this run's connection.
+
+        Per-episode data the task published for it (e.g. a slot or a login) is merged
+        into `params`.
 
         Raises:
-            KeyError: no such capability.
+            KeyError: the environment declares no such capability.
         """
-        client = self._live()
-        for raw in self.start_result.get("bindings") or ():
-            if isinstance(raw, dict) and raw.get("name") == name:
-                from ..env._types import Capability
-
-                return client.route(Capability.from_manifest(raw))
-        return client.binding(name)
+        cap = self._live().binding(name)
+        extra = self.episode_bindings.get(name)
+        if extra:
+            return dataclasses.replace(cap, params={**cap.params, **extra})
+        return cap
 
     async def start(self) -> None:
         """Send `tasks.start` and record the prompt (the engine calls this)."""

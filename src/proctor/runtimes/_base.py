@@ -6,7 +6,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
@@ -27,6 +27,8 @@ class Endpoint:
 
     url: str
     server: Server | None = None
+    token: str | None = field(default=None, repr=False)
+    """Shared secret for a server bound beyond loopback (kept out of reprs and logs)."""
 
     @property
     def target(self) -> str | Server:
@@ -59,10 +61,16 @@ ProviderLike: TypeAlias = "Provider | Callable[[Task], AbstractAsyncContextManag
 
 
 class Runtime(Provider):
-    """An environment already served elsewhere: the URL passes straight through."""
+    """An environment already served elsewhere: the URL passes straight through.
 
-    def __init__(self, url: str) -> None:
+    Args:
+        url: `tcp://host:port` of the server.
+        token: its shared secret, when it is bound beyond loopback.
+    """
+
+    def __init__(self, url: str, *, token: str | None = None) -> None:
         self.url = url
+        self._token = token
 
     def __repr__(self) -> str:
         return f"Runtime({self.url!r})"
@@ -72,4 +80,4 @@ class Runtime(Provider):
 
     @contextlib.asynccontextmanager
     async def _endpoint(self) -> AsyncIterator[Endpoint]:
-        yield Endpoint(self.url)
+        yield Endpoint(self.url, token=self._token)
