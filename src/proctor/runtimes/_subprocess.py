@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
@@ -356,8 +356,8 @@ class _Zygote(_Child):
             stdin = self.transport.get_pipe_transport(0) if self.transport else None
             if stdin is None or not self.alive:
                 raise RuntimeLaunchError(self._why("the zygote is not running"))
-            assert isinstance(stdin, asyncio.WriteTransport)
-            stdin.write(f"{token}\n".encode())
+            # uvloop's pipe transports do not subclass asyncio's; they do write.
+            cast("asyncio.WriteTransport", stdin).write(f"{token}\n".encode())
             async with asyncio.timeout(self.spec.startup_timeout):
                 return await fut
         except TimeoutError:
