@@ -214,7 +214,7 @@ async def test_returns_type_gives_a_parsed_answer(raw, probe) -> None:
 async def test_grade_without_a_task(raw) -> None:
     conn = await raw()
     assert await conn.call("tasks.grade", {"answer": 1}) == json.loads(
-        error(1, -32600, "tasks.grade: no task in progress")
+        error(1, -32600, "no task in progress")  # HUD's CLI matches this text exactly
     )
 
 
@@ -223,7 +223,7 @@ async def test_the_generator_is_single_use(raw) -> None:
     await conn.result("tasks.start", {"id": "greet"})
     await conn.result("tasks.grade", {"answer": "world"})
     reply = await conn.call("tasks.grade", {"answer": "world"})
-    assert reply["error"] == {"code": -32600, "message": "tasks.grade: no task in progress"}
+    assert reply["error"] == {"code": -32600, "message": "no task in progress"}
 
 
 # --- tasks.cancel and bye ------------------------------------------------------------------

@@ -412,7 +412,8 @@ class _Session:
         if runner is None:
             parked = list(self.server._parked)
             if not parked:
-                self.error(rid, INVALID_REQUEST, "tasks.grade: no task in progress")
+                # Exactly HUD's text: `hud task grade --url` starts the task on it.
+                self.error(rid, INVALID_REQUEST, "no task in progress")
                 return
             if len(parked) > 1:
                 self.error(
