@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -293,14 +295,36 @@ async def test_binding_opens_a_forwarder_lazily(target) -> None:
         assert await echo_through(routed.url, payload) == payload
 
 
+def listening_ports() -> set[int]:
+    """Loopback ports this process listens on (Linux /proc), whoever else runs."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                mine.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in mine:  # LISTEN, and ours
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux /proc")
 async def test_no_listener_before_first_use(target) -> None:
+    before = listening_ports()
     async with connect(target) as client:
-        port = free_port()  # nothing of the client's listens on a fresh port yet
+        assert listening_ports() == before  # connect and hello open no forwarder
         routed = client.binding("echo")
-        assert urlsplit(routed.url).port != port
+        port = urlsplit(routed.url).port
+        assert listening_ports() == before | {port}
+        client.binding("echo")
+        assert listening_ports() == before | {port}  # one forwarder per binding
         assert await echo_through(routed.url, b"x") == b"x"
-    with pytest.raises(OSError):  # closed with the client
-        await asyncio.open_connection("127.0.0.1", urlsplit(routed.url).port)
+    assert listening_ports() == before  # closed with the client
 
 
 async def test_route_forwards_a_per_episode_binding(target) -> None:

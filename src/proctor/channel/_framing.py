@@ -95,7 +95,7 @@ class LineBuffer:
         parts = data.split(b"\n")
         out: list[bytes] = []
         self._push(parts[0], out)
-        for frame in [self.drain(), *parts[1:-1]]:
+        for frame in [self._take(), *parts[1:-1]]:
             if len(frame) > self.limit:
                 raise FrameTooLarge(f"frame of {len(frame)} bytes exceeds {self.limit}", out)
             if frame.strip():
@@ -113,13 +113,13 @@ class LineBuffer:
             self._push(head, [])
             if not sep:
                 return None, b""
-            frame = self.drain()
+            frame = self._take()
             if frame.strip():
                 return frame, rest
             data = rest
 
-    def drain(self) -> bytes:
-        """Return and forget the bytes of an unfinished frame (for switching to raw mode)."""
+    def _take(self) -> bytes:
+        """Return and forget the bytes gathered for the current frame."""
         rest = b"".join(self._chunks)
         self._chunks.clear()
         self._size = 0

@@ -40,7 +40,6 @@ log = logging.getLogger("proctor.channel")
 
 DEFAULT_PARK_TTL = 3600.0
 _NOTIFY = object()  # reply id of a notification: executed, never answered
-_TASK_CALLS = frozenset({"tasks.start", "tasks.grade"})
 
 
 class _Parked:
