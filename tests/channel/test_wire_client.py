@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import time
@@ -24,6 +25,7 @@ from proctor import (
 )
 from proctor.channel import Server, connect
 from proctor.channel._client import Client
+from proctor.env import Capability
 
 
 @pytest.fixture(params=["tcp", "memory"])
@@ -330,8 +332,6 @@ async def test_no_listener_before_first_use(target) -> None:
 async def test_route_forwards_a_per_episode_binding(target) -> None:
     async with connect(target) as client:
         prompt = await client.start_task("relay")
-        from proctor.env import Capability
-
         routed = client.route(Capability.from_manifest(prompt["bindings"][0]))
         assert await echo_through(routed.url, b"episode") == b"episode"
 
@@ -357,8 +357,6 @@ async def test_aclose_closes_open_tunnels(target, server) -> None:
 
 async def test_a_refused_tunnel_closes_the_local_connection(target, server) -> None:
     async with connect(target) as client:
-        from proctor.env import Capability
-
         routed = client.route(Capability("ghost", "tcp", "tcp://127.0.0.1:9"))
         assert await echo_through(routed.url, b"x") == b""
 
@@ -372,3 +370,48 @@ async def test_a_garbled_tunnel_reply_closes_the_local_connection(fake, reply: b
     async with connect(url) as client:
         routed = client.binding("b")
         assert await echo_through(routed.url, b"x") == b""
+
+
+async def test_no_forwarder_after_close(target) -> None:
+    async with connect(target) as client:
+        client.binding("echo")
+    with pytest.raises(ChannelClosed):
+        client.binding("echo")
+    with pytest.raises(ChannelClosed):
+        client.route(Capability("other", "tcp", "tcp://127.0.0.1:9"))
+
+
+async def test_route_accepts_a_url_without_scheme(target) -> None:
+    async with connect(target) as client:
+        routed = client.route(Capability("echo", "tcp", "localhost:2222"))
+        parts = urlsplit(routed.url)
+        assert (parts.scheme, parts.hostname, parts.path) == ("tcp", "127.0.0.1", "")
+        assert await echo_through(routed.url, b"bare") == b"bare"
+
+
+@pytest.mark.parametrize(
+    ("method", "result"),
+    [
+        ("hello", b"5"),
+        ("hello", b"{}"),
+        ("hello", b'{"session_id":"s","bindings":[{"name":"no-url"}]}'),
+        ("hello", b'{"session_id":"s","env":[]}'),
+        ("tasks.list", b'{"tasks":5}'),
+        ("tasks.list", b"[]"),
+        ("tasks.start", b'"prompt"'),
+        ("tasks.grade", b"0.5"),
+    ],
+)
+async def test_malformed_results_are_protocol_errors(fake, method: str, result: bytes) -> None:
+    def reply(line: bytes) -> bytes:
+        rid = json.loads(line)["id"]
+        if f'"{method}"'.encode() in line:
+            return b'{"jsonrpc":"2.0","id":%d,"result":%s}\n' % (rid, result)
+        return HELLO.replace(b'"id":1', b'"id":%d' % rid)
+
+    url = await fake(reply)
+    with pytest.raises(ProtocolError):
+        async with connect(url) as client:
+            await client.call("tasks.cancel", {})  # the fake's hello answer does for this
+            await {"tasks.list": client.list_tasks, "tasks.start": lambda: client.start_task("t"),
+                   "tasks.grade": client.grade, "hello": client.list_tasks}[method]()  # fmt: skip

@@ -79,33 +79,37 @@ class Client:
             params["session_id"] = session_id
         if self._token is not None:
             params["token"] = self._token
-        result = await self.call("hello", params)
-        env = result.get("env") or {}
-        self.manifest = Manifest(
-            session_id=str(result["session_id"]),
-            env_name=str(env.get("name", "")),
-            env_version=str(env.get("version", "")),
-            bindings=[Capability.from_manifest(b) for b in result.get("bindings") or ()],
-        )
+        result = await self._call_object("hello", params)
+        try:
+            env = result.get("env") or {}
+            self.manifest = Manifest(
+                session_id=str(result["session_id"]),
+                env_name=str(env.get("name", "")),
+                env_version=str(env.get("version", "")),
+                bindings=[Capability.from_manifest(b) for b in result.get("bindings") or ()],
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ProtocolError(f"{self.url}: malformed hello result: {exc!r}") from None
         return self.manifest
 
     async def list_tasks(self) -> list[dict[str, Any]]:
         """The environment's templates: `[{id, description, args, returns?}]`."""
-        return list((await self.call("tasks.list", {}))["tasks"])
+        tasks = (await self._call_object("tasks.list", {})).get("tasks")
+        if not isinstance(tasks, list):
+            raise ProtocolError(f"{self.url}: tasks.list result has no list of tasks")
+        return tasks
 
     async def start_task(self, task_id: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run a task to its first yield; returns `{prompt, ...}`."""
-        result: dict[str, Any] = await self.call("tasks.start", {"id": task_id, "args": args or {}})
-        return result
+        return await self._call_object("tasks.start", {"id": task_id, "args": args or {}})
 
     async def grade(self, answer: Any = None, **extra: Any) -> dict[str, Any]:
         """Send the answer and return the evaluation `{score, ...}`."""
-        result: dict[str, Any] = await self.call("tasks.grade", {"answer": answer, **extra})
-        return result
+        return await self._call_object("tasks.grade", {"answer": answer, **extra})
 
     async def cancel(self) -> bool:
         """Cancel this session's task (interrupting a running start/grade)."""
-        return bool((await self.call("tasks.cancel", {}, overtake=True))["cancelled"])
+        return bool((await self._call_object("tasks.cancel", {}, overtake=True)).get("cancelled"))
 
     async def bye(self) -> None:
         """End the session: the server cancels the task and closes the connection."""
@@ -130,6 +134,14 @@ class Client:
         if "result" not in msg:
             raise ProtocolError(f"{self.url}: {method} reply has neither result nor error")
         return msg["result"]
+
+    async def _call_object(
+        self, method: str, params: dict[str, Any], *, overtake: bool = False
+    ) -> dict[str, Any]:
+        result = await self.call(method, params, overtake=overtake)
+        if not isinstance(result, dict):
+            raise ProtocolError(f"{self.url}: {method} result is not an object: {result!r:.80}")
+        return result
 
     async def _roundtrip(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if self._closed:
@@ -191,9 +203,10 @@ class Client:
 
         Raises:
             KeyError: no such binding (say hello first).
+            ChannelClosed: this client was closed.
         """
         if name in self._forwarders:
-            return self._forwarders[name][0]
+            return self.route(self._forwarders[name][0])
         if self.manifest is None:
             raise KeyError(f"{name!r}: no manifest yet; call hello() first")
         cap = next((b for b in self.manifest.bindings if b.name == name), None)
@@ -203,7 +216,13 @@ class Client:
         return self.route(cap)
 
     def route(self, cap: Capability) -> Capability:
-        """Forward any capability (e.g. a per-episode binding) through this connection."""
+        """Forward any capability (e.g. a per-episode binding) through this connection.
+
+        Raises:
+            ChannelClosed: this client was closed.
+        """
+        if self._closed:
+            raise ChannelClosed(f"{cap.name!r}: client is closed")
         if cap.name in self._forwarders:
             return self._forwarders[cap.name][0]
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -212,7 +231,7 @@ class Client:
         sock.listen(128)
         sock.setblocking(False)
         port = sock.getsockname()[1]
-        parts = urlsplit(cap.url)
+        parts = urlsplit(cap.url if "://" in cap.url else f"tcp://{cap.url}")
         user = f"{parts.username}@" if parts.username else ""
         routed = Capability(
             cap.name,
