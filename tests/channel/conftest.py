@@ -234,6 +234,16 @@ def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
             probe.final(tag)
 
     @env.template
+    async def unserializable(kind: str) -> Any:
+        if kind == "object":
+            yield {"prompt": "p", "extra": object()}
+        elif kind == "surrogate":
+            yield "bytes read with surrogateescape: \udcff"
+        else:
+            yield {"prompt": "p", "n": {1: math.nan}}
+        yield 1.0
+
+    @env.template
     async def positional(x: int, /) -> Any:  # the runner cannot call this with keywords
         yield "never"
         yield 1.0

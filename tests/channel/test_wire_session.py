@@ -540,3 +540,12 @@ async def test_a_refused_bye_leaves_the_session_as_it_was(raw, server, probe) ->
     conn.close()
     await until(lambda: sid in server._parked)  # parked, not cancelled as after a bye
     assert probe.finals == ["t"]
+
+
+@pytest.mark.parametrize("kind", ["object", "surrogate", "nan-under-int-key"])
+async def test_a_prompt_that_is_not_json_is_a_task_error(raw, kind: str) -> None:
+    conn = await raw()
+    reply = await conn.call("tasks.start", {"id": "unserializable", "args": {"kind": kind}})
+    assert reply["error"]["code"] == -32000
+    assert reply["error"]["message"].startswith("result is not JSON-serializable")
+    assert await conn.result("tasks.cancel") == {"cancelled": True}  # the task is still held
