@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import TIMEOUT, until
+from conftest import TIMEOUT, frame, until
 
 from proctor import (
     ChannelClosed,
@@ -415,3 +415,18 @@ async def test_malformed_results_are_protocol_errors(fake, method: str, result: 
             await client.call("tasks.cancel", {})  # the fake's hello answer does for this
             await {"tasks.list": client.list_tasks, "tasks.start": lambda: client.start_task("t"),
                    "tasks.grade": client.grade, "hello": client.list_tasks}[method]()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "message", ["tasks.cancel interrupted the task", "bye interrupted the task"]
+)
+async def test_interruptions_are_task_cancelled_whoever_says_them(fake, message: str) -> None:
+    def reply(line: bytes) -> bytes:
+        rid = json.loads(line)["id"]
+        if b'"hello"' in line:
+            return HELLO
+        return frame({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": message}})
+
+    async with connect(await fake(reply)) as client:
+        with pytest.raises(TaskCancelled):
+            await client.start_task("t")

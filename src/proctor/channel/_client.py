@@ -381,7 +381,9 @@ def _remote_error(err: Any) -> ChannelError:
     if not isinstance(code, int) or isinstance(code, bool):
         return ProtocolError(f"malformed JSON-RPC error: {err!r}")
     message = str(err.get("message", ""))
-    cls = TaskCancelled if message == INTERRUPTED else RemoteError
+    # A HUD server says "bye interrupted the task" when a bye cuts a call short.
+    interrupted = message in (INTERRUPTED, "bye interrupted the task")
+    cls = TaskCancelled if interrupted else RemoteError
     return cls(code, message, err.get("data"))
 
 
