@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 from urllib.parse import urlsplit
 
 __all__ = ["Pipe", "host_port"]
@@ -22,8 +23,8 @@ class Pipe(asyncio.Protocol):
         self._pending: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # No isinstance check: uvloop's transports do not subclass asyncio's.
+        self.transport = cast(asyncio.Transport, transport)
 
     def attach(self, peer: asyncio.Transport) -> None:
         """Start forwarding to `peer`, flushing what arrived before."""
