@@ -187,3 +187,38 @@ async def test_any_valid_id_is_echoed_exactly(server) -> None:
 
     check()
     transport.close()
+
+
+async def test_the_server_reads_the_same_frames_under_any_chunking(server) -> None:
+    """Preface and session framing together: replies do not depend on how bytes arrive."""
+    replies: list[bytes] = []
+
+    class Catch(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            replies.append(data)
+
+    @settings(max_examples=150, deadline=None)
+    @given(
+        st.lists(st.sampled_from([b"", b" ", b"\r", b"not json", b"[]"]), max_size=6),
+        st.integers(1, 8),
+        st.lists(st.integers(min_value=0), max_size=20),
+    )
+    def check(junk: list[bytes], n: int, cuts: list[int]) -> None:
+        lines = [
+            *junk,
+            *(b'{"jsonrpc":"2.0","id":%d,"method":"tasks.cancel"}' % i for i in range(n)),
+        ]
+        stream = b"".join(line + b"\n" for line in lines)
+        whole = serve([stream])
+        assert serve(chunked(stream, cuts)) == whole
+        assert whole.count(b'"result":{"cancelled":false}') == n
+
+    def serve(chunks: list[bytes]) -> bytes:
+        replies.clear()
+        transport = server.connect_memory(Catch())
+        for chunk in chunks:
+            transport.write(chunk)
+        transport.close()
+        return b"".join(replies)
+
+    check()
