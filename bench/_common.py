@@ -21,6 +21,7 @@ import gc
 import json
 import logging
 import math
+import os
 import resource
 import sys
 import time
@@ -57,6 +58,22 @@ def children_cpu() -> float:
     """CPU seconds of reaped children (user + system)."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
+
+
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy (every process, every core), from
+    /proc/stat at USER_HZ (usually 10 ms) resolution; NaN where there is no /proc/stat.
+
+    The one way to see the CPU of processes this one does not reap: children that a
+    zygote forks with SIGCHLD ignored are reaped by the kernel, and their rusage is
+    added to no one's RUSAGE_CHILDREN."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return math.nan
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 async def timed_loop(

@@ -1,7 +1,8 @@
 """The proctor side of `bench/rollouts.py` (run under the proctor venv's python).
 
 Sections (see `_common.main`): `inproc`, `subproc`, `warm:<loop>`, `newconn:<loop>`,
-each the twin of the same section in `_hud_side.py`.
+each the twin of the same section in `_hud_side.py`, and `warmpool` (proctor's
+`SubprocessRuntime(warm=True)`, which has no HUD twin).
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import statistics
 import time
 from typing import Any
 
-from _common import ENVS, children_cpu, latency_ms, main, pct, run_on, timed_loop
+from _common import (
+    ENVS,
+    children_cpu,
+    latency_ms,
+    machine_cpu,
+    main,
+    pct,
+    run_on,
+    timed_loop,
+)
 
 ENV_FILE = ENVS / "proctor_env.py"
 
@@ -108,6 +118,67 @@ def subproc(p: dict[str, Any]) -> dict[str, Any]:
             "cold_port_p50_ms": pct(to_port, 0.5) * 1e3,
             "cold_port_max_ms": max(to_port) * 1e3,
             "cold_hello_p50_ms": pct(to_hello, 0.5) * 1e3,
+            **_job_summary(job, n),
+        }
+
+    return run_on(p["variant"], go)
+
+
+def warmpool(p: dict[str, Any]) -> dict[str, Any]:
+    """SubprocessRuntime(warm=True), entered once: zygote start, fork latency, throughput.
+
+    In order, on one runtime: the `async with runtime:` enter (spawn the zygote, import
+    proctor, load the source, READY); `discard + seq` sequential rollout substrates,
+    each timed from entering `runtime(task)` to the Endpoint (fork -> port announced)
+    and to the answered hello; then `n` rollouts through Taskset.run; then the exit.
+    """
+    from proctor_env import answer42
+
+    from proctor import SubprocessRuntime, Taskset, connect
+
+    n, conc, seq, discard = p["n"], p["concurrency"], p["seq"], p["discard"]
+
+    async def go() -> dict[str, Any]:
+        runtime = SubprocessRuntime(ENV_FILE, warm=True)
+        t0 = time.perf_counter()
+        async with runtime:
+            zygote_s = time.perf_counter() - t0
+            to_port: list[float] = []
+            to_hello: list[float] = []
+            first: list[float] = []
+            for k in range(discard + seq):
+                t0 = time.perf_counter()
+                async with runtime(answer42(i=k)) as endpoint:
+                    t1 = time.perf_counter()
+                    async with connect(endpoint.target, ready_timeout=READY):
+                        t2 = time.perf_counter()
+                (first if k < discard else to_port).append(t1 - t0)
+                if k >= discard:
+                    to_hello.append(t2 - t0)
+            tasks = Taskset("warmpool", [answer42(i=i) for i in range(n)])
+            gc.collect()
+            c0, w0, m0 = time.process_time(), time.perf_counter(), machine_cpu()
+            job = await tasks.run(FortyTwo(), runtime=runtime, max_concurrent=conc)
+            wall = time.perf_counter() - w0
+            parent_cpu, machine = time.process_time() - c0, machine_cpu() - m0
+            t3 = time.perf_counter()
+        port, hello = latency_ms(to_port), latency_ms(to_hello)
+        return {
+            "n": n,
+            "concurrency": conc,
+            "zygote_start_ms": zygote_s * 1e3,
+            "zygote_stop_ms": (time.perf_counter() - t3) * 1e3,
+            "first_fork_ms": [x * 1e3 for x in first],
+            "seq_n": seq,
+            "port_p50_ms": port["p50_ms"],
+            "port_p99_ms": port["p99_ms"],
+            "port": port,
+            "hello_p50_ms": hello["p50_ms"],
+            "hello_p99_ms": hello["p99_ms"],
+            "hello": hello,
+            "rollouts_per_s": n / wall,
+            "parent_cpu_ms": parent_cpu / n * 1e3,
+            "machine_cpu_ms": machine / n * 1e3,
             **_job_summary(job, n),
         }
 
@@ -229,4 +300,5 @@ def newconn(p: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main({"inproc": inproc, "subproc": subproc, "warm": warm, "newconn": newconn}, "proctor")
+    sections = {"inproc": inproc, "subproc": subproc, "warmpool": warmpool}
+    main({**sections, "warm": warm, "newconn": newconn}, "proctor")
