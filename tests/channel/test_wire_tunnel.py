@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import os
+import socket
+import struct
+from collections.abc import Iterator
 
 import pytest
-from conftest import TIMEOUT, Raw, error, result, until
+from conftest import TIMEOUT, Raw, build_env, error, result, until
 
 from proctor.channel import Server
 from proctor.channel import _server as server_module
+from proctor.env import Capability
 
 OPEN_ECHO = b'{"jsonrpc":"2.0","id":1,"method":"tunnel.open","params":{"capability":"echo"}}\n'
 
@@ -176,5 +181,47 @@ async def test_an_unparsable_first_frame_on_a_token_server(guarded) -> None:
     conn = await open_raw(guarded)
     await conn.send(b"{nope\n")
     assert await conn.line() == error(None, -32600, "unauthorized: a valid token is required")
+    assert await conn.closed()
+    conn.close()
+
+
+@pytest.fixture
+def blackhole() -> Iterator[str]:
+    """A loopback address whose connects hang: a listener with a full accept queue."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    host, port = listener.getsockname()
+    fill = [socket.socket() for _ in range(3)]
+    for sock in fill:
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.connect((host, port))
+    yield f"tcp://{host}:{port}"
+    for sock in [*fill, listener]:
+        sock.close()
+
+
+async def test_a_client_leaving_stops_the_dial(probe, blackhole) -> None:
+    server = Server(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
+    try:
+        conn = await open_raw(await server.tcp_address())
+        await conn.send(OPEN_ECHO.replace(b'"echo"', b'"stuck"'))
+        await until(lambda: bool(server._background))  # dialling
+        # A reset, not a FIN: after a FIN the server must keep dialling to pass it on.
+        sock = conn.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+        await until(lambda: not server._background and not server._connections)
+    finally:
+        await server.aclose()
+
+
+async def test_aclose_does_not_wait_for_a_hanging_dial(probe, blackhole) -> None:
+    server = Server(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
+    conn = await open_raw(await server.tcp_address())
+    await conn.send(OPEN_ECHO.replace(b'"echo"', b'"stuck"'))
+    await until(lambda: bool(server._background))
+    await asyncio.wait_for(server.aclose(), 1.0)
     assert await conn.closed()
     conn.close()

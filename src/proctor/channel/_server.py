@@ -178,6 +178,7 @@ class _Connection(Pipe):
         self.server = server
         self.buffer: LineBuffer | None = LineBuffer()  # None once it is a tunnel
         self.session: _Session | None = None
+        self.opening: asyncio.Task[None] | None = None  # a tunnel's dial
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -226,6 +227,8 @@ class _Connection(Pipe):
         self.server._connections.discard(self)
         if self.session is not None:
             self.session.detach()
+        if self.opening is not None:  # nobody is left to splice to
+            self.opening.cancel()
         self.transport = None
 
     def _preface(self, frame: bytes, rest: bytes) -> bool:
@@ -244,7 +247,7 @@ class _Connection(Pipe):
             self.buffer = None
             if rest:
                 super().data_received(rest)
-            self.server.spawn(self._open_tunnel(msg))
+            self.opening = self.server.spawn(self._open_tunnel(msg))
             return False
         self.session = _Session(self.server, self)
         self.session.feed(frame)
@@ -267,10 +270,8 @@ class _Connection(Pipe):
             self.send(error_frame(mid, TASK_ERROR, f"tunnel.open: cannot reach {name!r}: {exc}"))
             self.close()
             return
-        assert daemon.transport is not None
-        if self.transport is None:  # the client left while we dialled
-            daemon.transport.close()
-            return
+        # Had the client left meanwhile, connection_lost would have cancelled us.
+        assert daemon.transport is not None and self.transport is not None
         if mid is not None:
             self.send(result_frame(mid, {"capability": name}))
         daemon.attach(self.transport)
