@@ -334,7 +334,7 @@ class _TunnelClient(Pipe):
     """Our side of a `tunnel.open` stream: preface, one reply frame, then raw bytes."""
 
     def __init__(self, name: str, token: str | None, local: Pipe) -> None:
-        super().__init__(None)
+        super().__init__()
         self.name = name
         self.token = token
         self.local = local
@@ -366,10 +366,10 @@ class _TunnelClient(Pipe):
             self.transport.close()
             self.local.transport.close()
             return
-        self.peer = self.local.transport
-        self.local.attach(self.transport)
         if rest:
-            self.peer.write(rest)
+            self.local.transport.write(rest)
+        self.attach(self.local.transport)
+        self.local.attach(self.transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.local.transport is not None:

@@ -16,8 +16,8 @@ class Pipe(asyncio.Protocol):
     is passed on as a half-close; once both directions have ended, both sides close.
     """
 
-    def __init__(self, peer: asyncio.Transport | None = None) -> None:
-        self.peer = peer
+    def __init__(self) -> None:
+        self.peer: asyncio.Transport | None = None
         self.transport: asyncio.Transport | None = None
         self.eof = False
         self._pending: list[bytes] = []
