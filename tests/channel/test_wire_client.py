@@ -221,6 +221,14 @@ async def test_connect_times_out_when_the_server_never_answers(fake) -> None:
     assert time.monotonic() - began < 2.0
 
 
+@pytest.mark.parametrize("rid", [b"true", b'"2"', b"[2]", b"{}", b"2.5"])
+async def test_a_reply_id_of_another_type_is_a_protocol_error(fake, rid: bytes) -> None:
+    url = await fake(lambda line: HELLO if b'"hello"' in line else HELLO.replace(b"1", rid, 1))
+    async with connect(url) as client:
+        with pytest.raises(ProtocolError, match="matches no request"):
+            await client.list_tasks()
+
+
 async def test_a_reply_with_the_wrong_id_is_a_protocol_error(fake) -> None:
     url = await fake(
         lambda line: HELLO if b'"hello"' in line else HELLO.replace(b'"id":1', b'"id":99')

@@ -171,12 +171,13 @@ class Client:
         except ParseError as exc:
             self._fail(ProtocolError(f"{self.url}: server sent invalid JSON: {exc}"))
             return
-        rid = msg.get("id") if isinstance(msg, dict) else None
-        fut = self._pending.get(rid) if isinstance(rid, int) else None
+        rid: Any = msg.get("id") if isinstance(msg, dict) else None
+        ours = type(rid) is int  # our ids; not True, which would equal 1
+        fut = self._pending.get(rid) if ours else None
         if fut is not None:
             if not fut.done():
                 fut.set_result(msg)
-        elif rid in self._abandoned:
+        elif ours and rid in self._abandoned:
             self._abandoned.discard(rid)
         elif rid is None and isinstance(msg, dict) and "error" in msg:
             self._fail(_remote_error(msg["error"]))
