@@ -327,3 +327,39 @@ async def raw(addr: tuple[str, int]) -> AsyncIterator[Callable[[], Awaitable[Raw
     yield open_raw
     for conn in opened:
         conn.close()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[Callable[[Callable[[bytes], bytes | None]], Awaitable[str]]]:
+    """A raw server that answers each line with whatever `reply(line)` says."""
+    servers: list[asyncio.Server] = []
+    writers: list[asyncio.StreamWriter] = []
+    handlers: list[asyncio.Future[None]] = []
+
+    async def start(reply: Callable[[bytes], bytes | None]) -> str:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writers.append(writer)
+            done = asyncio.get_running_loop().create_future()
+            handlers.append(done)
+            try:
+                while line := await reader.readline():
+                    answer = reply(line)
+                    if answer is not None:
+                        writer.write(answer)
+            except ConnectionError:
+                pass
+            finally:
+                done.set_result(None)
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        servers.append(srv)
+        host, port = srv.sockets[0].getsockname()[:2]
+        return f"tcp://{host}:{port}"
+
+    yield start
+    for w in writers:
+        w.close()
+    await asyncio.wait_for(asyncio.gather(*handlers), TIMEOUT)  # every handler saw its EOF
+    for srv in servers:
+        srv.close()
+        await srv.wait_closed()

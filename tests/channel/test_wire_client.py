@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit
 
 import pytest
@@ -176,33 +175,6 @@ async def test_connect_times_out_when_nothing_listens() -> None:
         async with connect(f"tcp://127.0.0.1:{free_port()}", ready_timeout=0.2):
             pass
     assert time.monotonic() - began < 1.0
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[Callable[[Callable[[bytes], bytes | None]], Awaitable[str]]]:
-    """A raw server that answers each line with whatever `reply(line)` says."""
-    servers: list[asyncio.Server] = []
-    writers: list[asyncio.StreamWriter] = []
-
-    async def start(reply: Callable[[bytes], bytes | None]) -> str:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writers.append(writer)
-            while line := await reader.readline():
-                answer = reply(line)
-                if answer is not None:
-                    writer.write(answer)
-
-        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
-        servers.append(srv)
-        host, port = srv.sockets[0].getsockname()[:2]
-        return f"tcp://{host}:{port}"
-
-    yield start
-    for w in writers:
-        w.close()
-    for srv in servers:
-        srv.close()
-        await srv.wait_closed()
 
 
 HELLO = (

@@ -14,6 +14,7 @@ from typing import Any
 
 from conftest import TIMEOUT, Raw, frame
 
+from proctor import ChannelError
 from proctor.channel import Server, connect
 
 SEED = 20240611
@@ -229,3 +230,35 @@ async def test_a_token_server_survives_the_same(env) -> None:
             assert await client.cancel() is False
     finally:
         await server.aclose()
+
+
+async def test_the_client_survives_a_server_talking_nonsense(fake) -> None:
+    """Whatever comes back, a call ends in a result or a ChannelError, never anything else."""
+    rng = random.Random(SEED + 3)
+    hello = (
+        b'{"jsonrpc":"2.0","id":1,"result":{"session_id":"s","env":{"name":"f","version":"0"},'
+        b'"bindings":[]}}\n'
+    )
+    answers = [junk(rng) for _ in range(200)]
+    for _ in range(400):
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": rng.choice([2, 2, 2, None, "2", 7])}
+        for key in rng.sample(["result", "error", "method", "params"], rng.randrange(1, 3)):
+            reply[key] = value(rng)
+        if "error" in reply and rng.random() < 0.5:
+            code = rng.choice([-32000, -32600, 7, 1.5, "x", True, None])
+            reply["error"] = {"code": code, "message": value(rng), "data": value(rng)}
+        answers.append(frame(reply))
+    pending = iter(answers)
+    url = await fake(lambda line: hello if b'"hello"' in line else next(pending))
+    outcomes: set[str] = set()
+    for _ in answers:
+        async with connect(url) as client:
+            call = rng.choice([client.list_tasks, lambda: client.start_task("t"), client.grade])
+            try:
+                await asyncio.wait_for(call(), 0.5)
+                outcomes.add("result")
+            except ChannelError as exc:
+                outcomes.add(type(exc).__name__)
+            except TimeoutError:
+                outcomes.add("no reply")  # a blank line, a request-shaped answer
+    assert {"result", "ProtocolError", "RemoteError"} <= outcomes
