@@ -321,7 +321,7 @@ async def test_next_request_right_after_a_reply_is_not_busy(raw) -> None:
 # --- notifications and errors ----------------------------------------------------------------
 
 
-async def test_notifications_are_executed_never_answered(raw, probe) -> None:
+async def test_notifications_are_executed_never_answered(raw, probe, server) -> None:
     conn = await raw()
     await conn.send(
         {
@@ -330,6 +330,8 @@ async def test_notifications_are_executed_never_answered(raw, probe) -> None:
             "params": {"id": "guarded", "args": {"tag": "n"}},
         }
     )
+    # started and settled, so the cancel below cannot catch the start before it ran
+    await until(lambda: any(s.runner and not s.call for s in server._live.values()))
     await conn.send({"jsonrpc": "2.0", "method": "no.such.method"})
     await conn.send({"jsonrpc": "2.0", "method": "tasks.start", "params": []})
     await conn.send({"jsonrpc": "2.0", "method": "tasks.cancel"})
