@@ -128,24 +128,18 @@ def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
 
     @env.template
     async def episode() -> Any:
+        # per-episode data for declared capabilities, keyed by capability name (as HUD)
         yield {
             "prompt": "use the episode shell",
-            "bindings": [{"name": "ep", "protocol": "tcp", "url": "tcp://127.0.0.1:9"}],
+            "bindings": {"echo": {"slot": 3}, "ghost": {"url": "tcp://127.0.0.1:9"}},
             "extra": [1, 2],
         }
         yield 1.0
 
     @env.template
-    async def relay() -> Any:
-        # a per-episode binding to the same daemon as the declared capability
-        url = capabilities[0].url if capabilities else "tcp://127.0.0.1:9"
-        yield {"prompt": "p", "bindings": [{"name": "relay", "protocol": "tcp", "url": url}]}
-        yield 1.0
-
-    @env.template
     async def misbound() -> Any:
-        # per-episode bindings an author got wrong: no url, a url without a port
-        yield {"prompt": "p", "bindings": [{"name": "nourl"}, {"name": "noport", "url": "x"}]}
+        # bindings an author got wrong: a list of capabilities instead of data by name
+        yield {"prompt": "p", "bindings": [{"name": "nourl"}]}
         yield 1.0
 
     @env.template

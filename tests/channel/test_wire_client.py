@@ -309,13 +309,6 @@ async def test_no_listener_before_first_use(target) -> None:
     assert listening_ports() == before  # closed with the client
 
 
-async def test_route_forwards_a_per_episode_binding(target) -> None:
-    async with connect(target) as client:
-        prompt = await client.start_task("relay")
-        routed = client.route(Capability.from_manifest(prompt["bindings"][0]))
-        assert await echo_through(routed.url, b"episode") == b"episode"
-
-
 async def test_unknown_bindings(target) -> None:
     async with connect(target) as client:
         with pytest.raises(KeyError, match="no binding 'nope' \\(have: echo\\)"):

@@ -20,7 +20,7 @@ from proctor.channel import Server, connect
 SEED = 20240611
 METHODS = ["hello", "tasks.list", "tasks.start", "tasks.start", "tasks.start", "tasks.grade",
            "tasks.grade", "tasks.cancel", "tunnel.open", "tasks.nope", "", "HELLO"]  # fmt: skip
-TASKS = ["greet", "count", "chat", "episode", "relay", "misbound", "scored", "typed",
+TASKS = ["greet", "count", "chat", "episode", "misbound", "scored", "typed",
          "guarded", "slow_start", "slow_grade", "slow_teardown", "broken_start",
          "broken_teardown", "nope", ""]  # fmt: skip
 PARAM_KEYS = ["id", "args", "answer", "session_id", "token", "capability", "n", "kind"]
@@ -201,7 +201,7 @@ async def test_random_first_frames_on_many_connections(server, addr) -> None:
     for _ in range(400):
         first = junk(rng)
         if rng.random() < 0.3:
-            params = {"capability": rng.choice(["echo", "relay", "nourl", "nope", 5, None])}
+            params = {"capability": rng.choice(["echo", "ghost", "nope", 5, None])}
             first = frame({"jsonrpc": "2.0", "id": rng.choice([1, None]), "method": "tunnel.open",
                            "params": params})  # fmt: skip
         prefaces.append(first)

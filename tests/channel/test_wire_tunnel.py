@@ -62,9 +62,8 @@ async def test_tunnel_with_bad_params_errors_and_closes(raw, params: bytes) -> N
     assert await conn.closed()
 
 
-async def test_tunnel_to_an_unreachable_capability_errors_and_closes(raw) -> None:
-    control = await raw()
-    await control.result("tasks.start", {"id": "episode"})  # binds 'ep' to port 9
+async def test_tunnel_to_an_unreachable_capability_errors_and_closes(raw, env) -> None:
+    env.add_capability(Capability("ep", "tcp", "tcp://127.0.0.1:9"))  # nothing listens there
     conn = await raw()
     await conn.send(OPEN_ECHO.replace(b'"echo"', b'"ep"'))
     reply = await conn.recv()
@@ -80,22 +79,21 @@ async def test_tunnel_to_an_unreachable_capability_errors_and_closes(raw) -> Non
         ("noport", "tunnel.open: cannot reach 'noport': 'x' names no host:port"),
     ],
 )
-async def test_tunnel_to_a_malformed_per_episode_binding(raw, name: str, message: str) -> None:
-    control = await raw()
-    await control.result("tasks.start", {"id": "misbound"})
+async def test_tunnel_to_a_malformed_capability(raw, env, name: str, message: str) -> None:
+    env.add_capability(Capability(name, "tcp", "" if name == "nourl" else "x"))
     conn = await raw()
     await conn.send(OPEN_ECHO.replace(b'"echo"', f'"{name}"'.encode()))
     assert await conn.line() == error(1, -32000, message)
     assert await conn.closed()
 
 
-async def test_tunnel_reaches_a_per_episode_binding(raw) -> None:
+async def test_per_episode_data_never_becomes_a_tunnel_target(raw) -> None:
     control = await raw()
-    await control.result("tasks.start", {"id": "relay"})
+    await control.result("tasks.start", {"id": "episode"})  # publishes 'ghost' with a url
     conn = await raw()
-    await conn.send(OPEN_ECHO.replace(b'"echo"', b'"relay"') + b"hi")
-    assert await conn.line() == result(1, {"capability": "relay"})
-    assert await read_exactly(conn, 2) == b"hi"
+    await conn.send(OPEN_ECHO.replace(b'"echo"', b'"ghost"'))
+    assert await conn.line() == error(1, -32602, "tunnel.open: unknown capability 'ghost'")
+    assert await conn.closed()
 
 
 async def test_a_client_leaving_closes_the_daemon_side(raw, server) -> None:

@@ -57,16 +57,6 @@ async def episode(slot: int = 7) -> AsyncGenerator[Any, Any]:
     yield {"score": 1.0 if answer == f"slot-{slot}" else 0.0, "seen": answer}
 
 
-@env.template(description="A per-episode capability, shaped as proctor documents it")
-async def episode_list() -> AsyncGenerator[Any, Any]:
-    url = env.capability("echo").url
-    answer = yield {
-        "prompt": "Answer 'ok'.",
-        "bindings": [{"name": "scratch", "protocol": "echo/1", "url": url, "params": {}}],
-    }
-    yield 1.0 if answer == "ok" else 0.0
-
-
 @env.template(description="A graded EvaluationResult")
 async def rich() -> AsyncGenerator[Any, Any]:
     answer = yield "Say anything."

@@ -217,7 +217,10 @@ class Client:
         return self.route(cap)
 
     def route(self, cap: Capability) -> Capability:
-        """Forward any capability (e.g. a per-episode binding) through this connection.
+        """Forward a capability through this connection, by name (`binding()` uses this).
+
+        The server tunnels only capabilities it declared, so a name it does not know
+        yields a local URL whose connections are refused.
 
         Raises:
             ChannelClosed: this client was closed.

@@ -152,18 +152,15 @@ class Server:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
 
     def capability_url(self, name: Any) -> str | None:
-        """Where the declared or per-episode capability `name` listens; None if unknown."""
+        """Where the declared capability `name` listens; None if it is not declared.
+
+        Per-episode bindings are data for declared capabilities, never new endpoints:
+        a tunnel reaches only what the environment declared.
+        """
         if not isinstance(name, str):
             return None
         with contextlib.suppress(KeyError):
             return self.env.capability(name).url
-        runners = [s.runner for s in self._live.values()] + [
-            p.runner for p in self._parked.values()
-        ]
-        for runner in runners:
-            for binding in runner.bindings if runner else ():
-                if isinstance(binding, dict) and binding.get("name") == name:
-                    return str(binding.get("url", ""))  # checked when dialled
         return None
 
     def bindings(self) -> list[dict[str, Any]]:

@@ -92,8 +92,8 @@ async def _drive(
 ) -> None:
     endpoint = await stack.enter_async_context(provider(run.task))
     run.phase = "connecting"
-    # connect() bounds its retries by ready_timeout, not a dial or hello that hangs (a
-    # listener that never answers): the phase's own deadline covers both.
+    # The phase deadline names "connecting" when it fires; connect() also stops by
+    # itself after ready_timeout, with a ConnectTimeout saying what it last saw.
     async with _scope(limits.connect, run):
         run.client = await stack.enter_async_context(
             connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -19,7 +20,7 @@ class TaskRunner:
     Single use: grade or cancel consumes the generator and runs its teardown.
     """
 
-    __slots__ = ("_gen", "_kwargs", "bindings", "template")
+    __slots__ = ("_gen", "_kwargs", "template")
 
     def __init__(self, template: Template, args: dict[str, Any]) -> None:
         """Bind args now, so bad args fail before any task code runs.
@@ -30,7 +31,6 @@ class TaskRunner:
         self.template = template
         self._kwargs = template.bind(args)
         self._gen: AsyncGenerator[Any, Any] | None = None
-        self.bindings: list[dict[str, Any]] = []
 
     @property
     def task_id(self) -> str:
@@ -43,8 +43,8 @@ class TaskRunner:
         Raises:
             TaskError: the task raised, ended early, or yielded no prompt.
         """
-        self._gen = self.template.fn(**self._kwargs)
         try:
+            self._gen = self.template.fn(**self._kwargs)
             first = await self._gen.__anext__()
         except StopAsyncIteration:
             raise TaskError(f"{self.task_id}: ended before yielding a prompt") from None
@@ -52,10 +52,14 @@ class TaskRunner:
             raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
         if isinstance(first, str | list):
             return {"prompt": first}
-        if isinstance(first, dict) and "prompt" in first:
-            self.bindings = list(first.get("bindings") or ())
+        if isinstance(first, dict) and "prompt" in first and _bindings_ok(first.get("bindings")):
             return first
         await self.cancel()
+        if isinstance(first, dict) and "prompt" in first:
+            raise TaskError(
+                f"{self.task_id}: per-episode 'bindings' must map capability name -> object; "
+                f"got {first['bindings']!r:.200}"
+            )
         raise TaskError(
             f"{self.task_id}: first yield must be a str, a list of messages or "
             f"a dict with 'prompt'; got {type(first).__name__}"
@@ -76,6 +80,7 @@ class TaskRunner:
         except StopAsyncIteration:
             return {"score": 0.0}
         except Exception as exc:
+            await _close(gen, self.task_id)  # e.g. parse_answer raised: teardown still runs
             raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
         try:
             return self._normalize(second)
@@ -106,10 +111,18 @@ class TaskRunner:
 
     def _finite(self, score: Any) -> float:
         if isinstance(score, bool | int | float):
-            f = float(score)
-            if math.isfinite(f):
-                return f
-        raise TaskError(f"{self.task_id}: score must be a finite number; got {score!r}")
+            with contextlib.suppress(OverflowError):  # an int past float range
+                f = float(score)
+                if math.isfinite(f):
+                    return f
+        raise TaskError(f"{self.task_id}: score must be a finite number; got {score!r:.80}")
+
+
+def _bindings_ok(bindings: Any) -> bool:
+    """Per-episode bindings are data for declared capabilities: `{name: {...}}` (as HUD)."""
+    return bindings is None or (
+        isinstance(bindings, dict) and all(isinstance(v, dict) for v in bindings.values())
+    )
 
 
 async def _close(gen: AsyncGenerator[Any, Any], task_id: str) -> None:

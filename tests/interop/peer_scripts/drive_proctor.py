@@ -41,8 +41,6 @@ class Solver(Agent):
         if run.task_id == "episode":
             slot = run.bindings["echo"]["slot"]
             run.trace.content = (await echo(run.client, f"slot-{slot}".encode())).decode()
-        elif run.task_id == "episode_list":
-            run.trace.content = "ok"
         elif match := ADD.search(run.prompt_text):
             run.trace.content = str(int(match[1]) + int(match[2]))
         else:
@@ -233,16 +231,6 @@ async def rollouts(url: str) -> dict[str, Any]:
     return out
 
 
-async def episode_list(url: str) -> dict[str, Any]:
-    """Per-episode bindings in proctor's documented shape (a list of capabilities).
-
-    Runs last: HUD's rollout closes without cancelling when the start frame fails to
-    parse, so the started task stays parked on the server.
-    """
-    run = await rollout(Task(env=ENV, id="episode_list"), Solver(), runtime=Runtime(url))
-    return run_summary(run)
-
-
 def cli(url: str) -> dict[str, Any]:
     """`hud task start` / `hud task grade --url` (the CLI's split flow), in this process."""
     from hud.cli.task import grade_command, start_command
@@ -287,7 +275,6 @@ def main() -> int:
         )
     )
     out["cli"] = cli(url)
-    asyncio.run(checks(("episode_list", episode_list)))
     print(RESULT_PREFIX + json.dumps(out, default=repr), flush=True)
     return 0
 
