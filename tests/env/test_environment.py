@@ -163,3 +163,19 @@ def test_evaluation_result_reward_defaults_to_weighted_subscores() -> None:
         "content": "c",
         "isError": True,
     }
+
+
+def test_a_type_without_a_json_schema_does_not_break_the_listing() -> None:
+    env = Environment("e")
+
+    class Opaque:
+        pass
+
+    @env.template
+    async def t(thing: Opaque | None = None, n: int = 1) -> Any:
+        yield "p"
+        yield 1.0
+
+    props = t.info()["args"]["properties"]
+    assert props["thing"] == {"default": None}
+    assert props["n"] == {"type": "integer", "default": 1}

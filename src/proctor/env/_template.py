@@ -117,9 +117,11 @@ class Template:
             return Answer(None, raw, exc.errors()[0]["msg"])
 
     def info(self) -> dict[str, Any]:
-        """This template's entry in `tasks.list`."""
-        from pydantic import TypeAdapter
+        """This template's entry in `tasks.list`.
 
+        A type pydantic cannot describe is published as `{}` (any value) rather than
+        breaking the listing of the whole environment.
+        """
         if self._schema is None:
             self._schema = {
                 "id": self.id,
@@ -127,7 +129,7 @@ class Template:
                 "args": self._args_schema(),
             }
             if self.returns is not None:
-                self._schema["returns"] = TypeAdapter(self.returns).json_schema()
+                self._schema["returns"] = _schema_of(self.returns)
         return self._schema
 
     def _check_names(self, args: dict[str, Any], error: type[Exception]) -> None:
@@ -156,13 +158,13 @@ class Template:
         from pydantic import TypeAdapter
 
         if self.input is not None:
-            return TypeAdapter(self.input).json_schema()
+            return _schema_of(self.input)
         props: dict[str, Any] = {}
         for name, p in self._params.items():
             if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
                 continue
             hint = self._hints.get(name, Any)
-            schema = {} if hint is Any else TypeAdapter(hint).json_schema()
+            schema = _schema_of(hint)
             if p.default is not p.empty:
                 # A default that is not JSON is simply not published.
                 with contextlib.suppress(Exception):
@@ -194,6 +196,17 @@ class _FastCoercer:
 
             self.adapter = TypeAdapter(self.tp)
         return self.adapter.validate_python(value)
+
+
+def _schema_of(tp: Any) -> dict[str, Any]:
+    from pydantic import TypeAdapter
+
+    if tp is Any:
+        return {}
+    try:
+        return TypeAdapter(tp).json_schema()
+    except Exception:  # an arbitrary class, a callable...: say nothing rather than fail
+        return {}
 
 
 def _first_error(exc: Exception) -> str:
