@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shlex
 import statistics
 import subprocess
@@ -29,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _common import machine_cpu
 
 BENCH = Path(__file__).resolve().parent
 
@@ -495,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     timeout = 120.0 if args.quick else 1200.0
-    started, load = time.perf_counter(), os.getloadavg()
+    started, load, busy0 = time.perf_counter(), os.getloadavg(), machine_cpu()
     has_peers, why = peers_usable(args.peers_python)
     # abspath, not resolve(): a venv's python is a symlink that must stay in its venv.
     peers = os.path.abspath(args.peers_python) if has_peers else None
@@ -538,11 +541,28 @@ def main(argv: list[str] | None = None) -> int:
         *_notes(cfg, p, h, rows, spans, home_left, pyc_note),
         f"total bench time {time.perf_counter() - started:.0f} s; load avg at the end "
         + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+        *_others(machine_cpu() - busy0, cfg["warmpool"]),
     ]
     print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps({"config": cfg, "proctor": p, "hud": h}, indent=1))
     return 0
+
+
+def _others(busy: float, wp: dict[str, int]) -> list[str]:
+    """How much CPU the machine spent on anything but this bench while it ran."""
+    own = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        ru = resource.getrusage(who)
+        own += ru.ru_utime + ru.ru_stime
+    forks = wp["discard"] + wp["seq"] + wp["n"]
+    text = (
+        f"CPU while the bench ran: {busy:.1f} s busy machine-wide (/proc/stat), {own:.1f} s of "
+        f"it in this bench's processes (rusage); the other {busy - own:.1f} s went to the warm "
+        f"pool's {forks} forked children (a few ms each, invisible to rusage) and to other "
+        "processes. Much more than a second or two means something else competed for the CPUs."
+    )
+    return textwrap.wrap(text, 98)
 
 
 def _versions(p: dict[str, Any], h: dict[str, Any], why: str) -> str:
