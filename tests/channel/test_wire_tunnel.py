@@ -175,6 +175,16 @@ async def test_a_first_frame_without_the_token_gets_one_error_then_close(
     conn.close()
 
 
+async def test_the_refusal_survives_a_client_that_keeps_sending(guarded) -> None:
+    # Closing with unread input would reset the connection and could destroy the error
+    # frame before the client reads it; the server half-closes and drains instead.
+    conn = await open_raw(guarded)
+    conn.writer.write(b'{"jsonrpc":"2.0","id":1,"method":"hello"}\n' + b"x" * 1_000_000)
+    assert await conn.line() == error(1, -32600, "unauthorized: a valid token is required")
+    assert await conn.closed()
+    conn.close()
+
+
 async def test_an_unparsable_first_frame_on_a_token_server(guarded) -> None:
     conn = await open_raw(guarded)
     await conn.send(b"{nope\n")

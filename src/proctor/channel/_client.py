@@ -22,7 +22,9 @@ from .._errors import (
 )
 from ..env._types import Capability
 from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
+from ._memory import StreamProtocol
 from ._messages import INTERRUPTED, request_frame
+from ._reads import BufferedReads
 from ._splice import Pipe, host_port
 
 if TYPE_CHECKING:
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Client", "Dialer", "Manifest", "connect", "dialer_for"]
 
-Dialer = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.Transport]]
+Dialer = Callable[[Callable[[], StreamProtocol]], Awaitable[asyncio.Transport]]
 """Opens one connection to a server for the protocol the factory makes."""
 
 
@@ -292,7 +294,7 @@ class Client:
         await self.aclose()
 
 
-class _ClientProtocol(asyncio.Protocol):
+class _ClientProtocol(BufferedReads):
     def __init__(self, client: Client) -> None:
         self.client = client
         self.buffer = LineBuffer()
@@ -398,7 +400,7 @@ def dialer_for(target: str | Server) -> tuple[Dialer, str]:
     if isinstance(target, Server):
         server = target
 
-        async def dial_memory(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+        async def dial_memory(factory: Callable[[], StreamProtocol]) -> asyncio.Transport:
             return server.connect_memory(factory())
 
         return dial_memory, f"memory://{server.env.name}"
@@ -410,7 +412,7 @@ def dialer_for(target: str | Server) -> tuple[Dialer, str]:
     except ValueError as exc:
         raise ConnectError(str(exc)) from None
 
-    async def dial_tcp(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+    async def dial_tcp(factory: Callable[[], StreamProtocol]) -> asyncio.Transport:
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_connection(factory, host, port)
         return transport

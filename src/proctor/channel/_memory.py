@@ -10,13 +10,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["memory_pair"]
+from ._reads import BufferedReads
+
+__all__ = ["StreamProtocol", "memory_pair"]
+
+StreamProtocol = asyncio.Protocol | BufferedReads
+"""A protocol that takes bytes through `data_received` (ours read sockets buffered)."""
 
 
 class MemoryTransport(asyncio.Transport):
     """One end of an in-memory byte pipe."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, protocol: asyncio.Protocol) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, protocol: StreamProtocol) -> None:
         super().__init__()
         self._loop = loop
         self._protocol = protocol
@@ -31,7 +36,7 @@ class MemoryTransport(asyncio.Transport):
         return self._protocol
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        assert isinstance(protocol, asyncio.Protocol)
+        assert isinstance(protocol, asyncio.Protocol | BufferedReads)
         self._protocol = protocol
 
     def is_closing(self) -> bool:
@@ -81,9 +86,7 @@ class MemoryTransport(asyncio.Transport):
         self.close()
 
 
-def memory_pair(
-    a: asyncio.Protocol, b: asyncio.Protocol
-) -> tuple[MemoryTransport, MemoryTransport]:
+def memory_pair(a: StreamProtocol, b: StreamProtocol) -> tuple[MemoryTransport, MemoryTransport]:
     """Connect two protocols; `b` (the accepting side) hears `connection_made` first."""
     loop = asyncio.get_running_loop()
     ta, tb = MemoryTransport(loop, a), MemoryTransport(loop, b)

@@ -21,7 +21,7 @@ from .._errors import TaskError
 from ..env._environment import Environment
 from ..env._runner import TaskRunner
 from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
-from ._memory import MemoryTransport, memory_pair
+from ._memory import MemoryTransport, StreamProtocol, memory_pair
 from ._messages import (
     INTERRUPTED,
     INVALID_PARAMS,
@@ -39,6 +39,7 @@ __all__ = ["DEFAULT_PARK_TTL", "Server"]
 log = logging.getLogger("proctor.channel")
 
 DEFAULT_PARK_TTL = 3600.0
+_LINGER = 2.0  # seconds a rejected connection stays half-open for its error frame
 _NOTIFY = object()  # reply id of a notification: executed, never answered
 
 
@@ -97,7 +98,7 @@ class Server:
             self._tcp = await self.listen()
         return self._tcp
 
-    def connect_memory(self, protocol: asyncio.Protocol) -> MemoryTransport:
+    def connect_memory(self, protocol: StreamProtocol) -> MemoryTransport:
         """Open an in-memory connection for `protocol`; returns its transport."""
         if self._closed:
             raise ConnectionRefusedError("server is closed")
@@ -176,6 +177,7 @@ class _Connection(Pipe):
         self.buffer: LineBuffer | None = LineBuffer()  # None once it is a tunnel
         self.session: _Session | None = None
         self.opening: asyncio.Task[None] | None = None  # a tunnel's dial
+        self.linger: asyncio.TimerHandle | None = None  # set once rejected: input is dropped
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -193,7 +195,27 @@ class _Connection(Pipe):
         if self.transport is not None:
             self.transport.abort()
 
+    def reject(self, frame: bytes) -> None:
+        """Send one error frame, then close without the frame being lost to a reset.
+
+        Closing a socket with unread input makes the kernel send RST, which can destroy
+        the error frame before the client reads it; so stop writing (half-close),
+        drop whatever still arrives, and close on the client's EOF or after a moment.
+        """
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.linger is not None:
+            return
+        transport.write(frame)
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        transport.resume_reading()
+        self.linger = asyncio.get_running_loop().call_later(_LINGER, transport.close)
+
     def data_received(self, data: bytes) -> None:
+        if self.linger is not None:
+            return
         if self.buffer is None:
             super().data_received(data)
             return
@@ -205,8 +227,7 @@ class _Connection(Pipe):
             lines = self.buffer.feed(data)
         except FrameTooLarge as exc:
             self._dispatch(exc.frames)
-            self.send(error_frame(None, INVALID_REQUEST, str(exc)))
-            self.close()
+            self.reject(error_frame(None, INVALID_REQUEST, str(exc)))
             return
         self._dispatch(lines)
 
@@ -217,10 +238,12 @@ class _Connection(Pipe):
 
     def eof_received(self) -> bool:
         # A control session ends with its client's EOF; a tunnel passes it on.
-        return self.buffer is None and super().eof_received()
+        return self.buffer is None and self.linger is None and super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        if self.linger is not None:
+            self.linger.cancel()
         self.server._connections.discard(self)
         if self.session is not None:
             self.session.detach()
@@ -237,8 +260,9 @@ class _Connection(Pipe):
         params = msg.get("params") if isinstance(msg, dict) else None
         if not self.server.check_token(params):
             mid = msg.get("id") if isinstance(msg, dict) else None
-            self.send(error_frame(mid, INVALID_REQUEST, "unauthorized: a valid token is required"))
-            self.close()
+            self.reject(
+                error_frame(mid, INVALID_REQUEST, "unauthorized: a valid token is required")
+            )
             return False
         if isinstance(msg, dict) and msg.get("method") == "tunnel.open":
             self.buffer = None
@@ -256,16 +280,16 @@ class _Connection(Pipe):
         name = params.get("capability") if isinstance(params, dict) else None
         url = self.server.capability_url(name)
         if url is None:
-            self.send(error_frame(mid, INVALID_PARAMS, f"tunnel.open: unknown capability {name!r}"))
-            self.close()
+            self.reject(
+                error_frame(mid, INVALID_PARAMS, f"tunnel.open: unknown capability {name!r}")
+            )
             return
         daemon = Pipe()  # holds what the daemon says until our reply frame is out
         try:
             host, port = host_port(url)
             await asyncio.get_running_loop().create_connection(lambda: daemon, host, port)
         except (OSError, ValueError) as exc:
-            self.send(error_frame(mid, TASK_ERROR, f"tunnel.open: cannot reach {name!r}: {exc}"))
-            self.close()
+            self.reject(error_frame(mid, TASK_ERROR, f"tunnel.open: cannot reach {name!r}: {exc}"))
             return
         # Had the client left meanwhile, connection_lost would have cancelled us.
         assert daemon.transport is not None and self.transport is not None

@@ -6,10 +6,12 @@ import asyncio
 from typing import cast
 from urllib.parse import urlsplit
 
+from ._reads import BufferedReads
+
 __all__ = ["Pipe", "host_port"]
 
 
-class Pipe(asyncio.Protocol):
+class Pipe(BufferedReads):
     """Forward what arrives on this transport to `peer`; mirror EOF, close and back-pressure.
 
     Bytes (and an EOF) that arrive before `attach` are held, with reading paused. An EOF
