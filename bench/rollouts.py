@@ -560,7 +560,8 @@ def _others(busy: float, wp: dict[str, int]) -> list[str]:
         f"CPU while the bench ran: {busy:.1f} s busy machine-wide (/proc/stat), {own:.1f} s of "
         f"it in this bench's processes (rusage); the other {busy - own:.1f} s went to the warm "
         f"pool's {forks} forked children (a few ms each, invisible to rusage) and to other "
-        "processes. Much more than a second or two means something else competed for the CPUs."
+        "processes. A few seconds is background; tens of seconds mean something else competed "
+        "for the CPUs and the numbers above are suspect."
     )
     return textwrap.wrap(text, 98)
 
