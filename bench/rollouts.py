@@ -632,8 +632,10 @@ def _notes(
         "forked children are reaped by the kernel (the zygote ignores SIGCHLD) and their "
         "rusage reaches no RUSAGE_CHILDREN, so 2b's method cannot see them." + pool_extra,
         "3/4: client and server share one process and event loop; perf_counter per iteration "
-        "after warmup. Row 3 is the process's first TCP connection; its '2nd connection' row "
-        "shows glibc's mmap threshold at work on asyncio's 256 KiB recv (bench/_common.py). "
+        "after warmup. Row 3 is the process's first TCP connection, its '2nd connection' row a "
+        "later one: asyncio's own 256 KiB recv makes a process's first connection slower until "
+        "glibc's mmap threshold rises (bench/_common.py); a framework that reads into a buffer "
+        "it keeps (proctor since its channel/_reads.py) shows no gap. "
         "HUD's venv has no uvloop, so its uvloop rows are n/a.",
         "HUD runs with HUD_TELEMETRY_ENABLED=false, so it writes spans to a private temp dir "
         f"({spans} span files this run); its private HOME ends with {home_left or 'nothing'}."
