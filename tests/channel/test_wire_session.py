@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from typing import Any
@@ -560,3 +561,20 @@ async def test_a_prompt_that_is_not_json_is_a_task_error(raw, kind: str) -> None
     assert reply["error"]["code"] == -32000
     assert reply["error"]["message"].startswith("result is not JSON-serializable")
     assert await conn.result("tasks.cancel") == {"cancelled": True}  # the task is still held
+
+
+async def test_a_client_that_never_reads_is_throttled_not_buffered(server) -> None:
+    host, port = await server.listen("127.0.0.1", 0)
+    _reader, writer = await asyncio.open_connection(host, port)
+    request = b'{"jsonrpc":"2.0","id":1,"method":"tasks.list"}\n'
+    # Write requests for a while without reading a single reply.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(1.0):
+            while True:
+                writer.write(request * 200)
+                await writer.drain()
+    (conn,) = server._connections
+    assert conn.transport is not None
+    # The server stopped reading once its replies backed up; its buffer stays bounded.
+    assert conn.transport.get_write_buffer_size() < 4 * 1024 * 1024
+    writer.close()

@@ -236,6 +236,21 @@ class _Connection(Pipe):
             assert self.session is not None
             self.session.feed(line)
 
+    def pause_writing(self) -> None:
+        # A client that sends requests without reading replies: stop reading its
+        # requests until it catches up, so replies never pile up without bound.
+        if self.session is not None and self.transport is not None:
+            self.transport.pause_reading()
+        else:
+            super().pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.session is not None and self.transport is not None:
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+        else:
+            super().resume_writing()
+
     def eof_received(self) -> bool:
         # A control session ends with its client's EOF; a tunnel passes it on.
         return self.buffer is None and self.linger is None and super().eof_received()
