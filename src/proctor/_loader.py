@@ -8,10 +8,14 @@ import sys
 import traceback
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ._errors import SourceError
 
-__all__ = ["load_module", "load_object", "source_modules"]
+if TYPE_CHECKING:
+    from .env._environment import Environment
+
+__all__ = ["find_environment", "load_module", "load_object", "source_modules"]
 
 _LOADED: dict[Path, ModuleType] = {}
 
@@ -101,3 +105,28 @@ def _where(exc: BaseException, target: Path) -> str:
         if Path(frame.filename).resolve() == target:
             return f"{target}:{frame.lineno}"
     return str(target)
+
+
+def find_environment(source: str | Path, name: str | None = None) -> Environment:
+    """The `Environment` defined in a source file or folder (by name when several).
+
+    Raises:
+        SourceError: the source fails to load, or holds no (or no such) environment.
+    """
+    from .env._environment import Environment
+
+    envs: dict[str, Environment] = {}
+    for module in source_modules(source):
+        for value in vars(module).values():
+            if isinstance(value, Environment):
+                envs.setdefault(value.name, value)
+    if name is not None:
+        if name not in envs:
+            raise SourceError(
+                f"{source}: no environment named {name!r} (found: {', '.join(envs) or 'none'})"
+            )
+        return envs[name]
+    if len(envs) != 1:
+        found = ", ".join(envs) or "none"
+        raise SourceError(f"{source}: expected one Environment, found {found}; pass --env NAME")
+    return next(iter(envs.values()))

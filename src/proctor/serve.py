@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -60,6 +61,17 @@ async def serve(
             await env.stop()
 
 
+def _announce_json(host: str, env: Environment) -> Callable[[int], None]:
+    def announce(port: int) -> None:
+        _announce(port)
+        info = {"url": f"tcp://{host}:{port}", "host": host, "port": port, "env": env.name,
+                "version": env.version}  # fmt: skip
+        sys.stdout.write(json.dumps(info) + "\n")
+        sys.stdout.flush()
+
+    return announce
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m proctor.serve`."""
     parser = argparse.ArgumentParser(prog="python -m proctor.serve")
@@ -86,9 +98,13 @@ def run_server(
     port: int,
     token_env: str | None,
     park_ttl: float = DEFAULT_PARK_TTL,
+    json_out: bool = False,
 ) -> int:
-    """Load and serve a source; print one clear line and return 1 on a user error."""
-    from .runtimes._local import find_environment
+    """Load and serve a source; print one clear line and return 1 on a user error.
+
+    With `json_out`, a JSON line `{url, host, port, env, version}` follows the port line.
+    """
+    from ._loader import find_environment
 
     token = None
     if token_env:
@@ -98,7 +114,10 @@ def run_server(
             return 1
     try:
         env = find_environment(source, env_name)
-        asyncio.run(serve(env, host=host, port=port, token=token, park_ttl=park_ttl))
+        announce = _announce_json(host, env) if json_out else _announce
+        asyncio.run(
+            serve(env, host=host, port=port, token=token, park_ttl=park_ttl, announce=announce)
+        )
     except ProctorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -27,6 +28,18 @@ async def test_serve_prints_the_port_answers_a_client_and_exits_on_sigterm() -> 
         code, err = server.stop()
     assert code == 0, err
     assert err == ""
+
+
+def test_serve_json_describes_the_server_after_the_port_line() -> None:
+    server = serve(LETTERS / "env.py", "--json")
+    try:
+        assert server.proc.stdout is not None
+        info = json.loads(server.proc.stdout.readline())
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+    assert info == {"url": f"tcp://127.0.0.1:{server.port}", "host": "127.0.0.1",
+                    "port": server.port, "env": "letters", "version": "0.1.0"}  # fmt: skip
 
 
 def test_serve_accepts_path_colon_env() -> None:

@@ -167,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds a parked task waits to be resumed (default 3600)",
     )
+    serve.add_argument(
+        "--json",
+        action="store_true",
+        help="after the port line, print {url, host, port, env, version} as one JSON line",
+    )
     serve.set_defaults(handler=_lazy("._serve", "cmd_serve"))
 
     # task ----------------------------------------------------------------------------

@@ -14,4 +14,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve import run_server
 
     source, env_name = split_source(args.source, args.env)
-    return run_server(source, env_name, args.host, args.port, args.token_env, args.park_ttl)
+    return run_server(
+        source, env_name, args.host, args.port, args.token_env, args.park_ttl, args.json
+    )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._errors import RuntimeLaunchError, SourceError
-from .._loader import source_modules
+from .._loader import find_environment
 from ..channel._server import DEFAULT_PARK_TTL, Server
 from ..env._environment import Environment
 from ._base import Endpoint, Provider
@@ -132,26 +132,3 @@ async def _resolve(source: EnvSource, env_name: str | None) -> Environment:
     if not isinstance(made, Environment):
         raise RuntimeLaunchError(f"{source!r} returned {type(made).__name__}, not an Environment")
     return made
-
-
-def find_environment(source: str | Path, name: str | None = None) -> Environment:
-    """The `Environment` defined in a source file or folder (by name when several).
-
-    Raises:
-        SourceError: the source fails to load, or holds no (or no such) environment.
-    """
-    envs: dict[str, Environment] = {}
-    for module in source_modules(source):
-        for value in vars(module).values():
-            if isinstance(value, Environment):
-                envs.setdefault(value.name, value)
-    if name is not None:
-        if name not in envs:
-            raise SourceError(
-                f"{source}: no environment named {name!r} (found: {', '.join(envs) or 'none'})"
-            )
-        return envs[name]
-    if len(envs) != 1:
-        found = ", ".join(envs) or "none"
-        raise SourceError(f"{source}: expected one Environment, found {found}; pass --env NAME")
-    return next(iter(envs.values()))
