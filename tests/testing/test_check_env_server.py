@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -25,23 +24,8 @@ async def in_process() -> AsyncIterator[Server]:
         await env.stop()
 
 
-async def test_a_served_child_passes() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "proctor.serve",
-        conformance_env.SOURCE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        assert proc.stdout is not None
-        async with asyncio.timeout(30):
-            line = await proc.stdout.readline()
-        await check_env_server(f"tcp://127.0.0.1:{int(line.split(b'=')[1])}")
-    finally:
-        proc.terminate()
-        await proc.wait()
+async def test_a_served_child_passes(served_url: str) -> None:
+    await check_env_server(served_url)
 
 
 async def test_an_in_process_server_with_a_token_passes(in_process: Server) -> None:
