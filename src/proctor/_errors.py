@@ -15,8 +15,16 @@ ProctorError
 │   └── RemoteError        the server answered a JSON-RPC error (code, message, data)
 │       └── TaskCancelled  the call was interrupted by tasks.cancel or bye
 ├── RuntimeLaunchError     a runtime could not bring its substrate up
-└── RolloutError           a rollout failed outside the environment's grading
-    └── RolloutTimeout     a deadline fired; names the phase and the limit
+├── RolloutError           a rollout failed outside the environment's grading
+│   └── RolloutTimeout     a deadline fired; names the phase and the limit
+├── HttpError              an HTTP exchange failed below the status line
+│   ├── HttpConnectError   could not connect (refused, DNS, TLS)
+│   ├── HttpReadError      the peer reset or closed mid-response, or sent garbage
+│   └── HttpTimeout        connect or read deadline
+└── ModelError             a model call failed for good (status, cause, attempts)
+    ├── ModelRequestError  the provider refused the request (a 4xx that is not retried)
+    ├── RetriesExhausted   a bounded retry streak ran out (transport or malformed)
+    └── PayloadTooLarge    413 with no byte-reducing rewrite left
 ```
 
 Who is at fault decides what the engine does: an environment's `TaskError` or a
@@ -34,9 +42,17 @@ __all__ = [
     "ConnectError",
     "ConnectTimeout",
     "ConnectionLost",
+    "HttpConnectError",
+    "HttpError",
+    "HttpReadError",
+    "HttpTimeout",
+    "ModelError",
+    "ModelRequestError",
+    "PayloadTooLarge",
     "ProctorError",
     "ProtocolError",
     "RemoteError",
+    "RetriesExhausted",
     "RolloutError",
     "RolloutTimeout",
     "RuntimeLaunchError",
@@ -121,3 +137,55 @@ class RolloutTimeout(RolloutError, TimeoutError):
         super().__init__(f"{phase} timed out after {limit:g}s")
         self.phase = phase
         self.limit = limit
+
+
+class HttpError(ProctorError):
+    """An HTTP exchange failed below the status line (no complete response)."""
+
+
+class HttpConnectError(HttpError, ConnectionError):
+    """Could not connect: refused, unresolvable, or the TLS handshake failed."""
+
+
+class HttpReadError(HttpError, ConnectionError):
+    """The peer reset or closed the connection mid-response, or sent a malformed one."""
+
+
+class HttpTimeout(HttpError, TimeoutError):
+    """The connect or read deadline passed."""
+
+
+class ModelError(ProctorError):
+    """A model call failed for good.
+
+    Attributes:
+        status: the last HTTP status, or None when no response came back.
+        cause: the last attempt's cause (`throttled`, `server`, `transport`,
+            `malformed`, `oversize`, `refused`, ...).
+        attempts: every attempt made, as recorded in the trace.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        cause: str = "",
+        attempts: list[Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.cause = cause
+        self.attempts = attempts if attempts is not None else []
+
+
+class ModelRequestError(ModelError):
+    """The provider refused the request with a status that is never retried."""
+
+
+class RetriesExhausted(ModelError):
+    """A bounded retry streak (transport errors or malformed responses) ran out."""
+
+
+class PayloadTooLarge(ModelError):
+    """The provider answered 413 and no smaller rewrite of the request was left."""
