@@ -1,0 +1,21 @@
+"""A lean asyncio HTTP/1.1 server and client, and server-sent events.
+
+Private to proctor: the interception proxy, the fake model server and the dashboard
+build on it. Built on asyncio protocols (uvloop works too) for speed.
+"""
+
+from ._headers import Headers
+from ._server import Abort, Handler, HttpServer, Request, Response
+from ._sse import SSEEvent, SSEParser, format_sse
+
+__all__ = [
+    "Abort",
+    "Handler",
+    "Headers",
+    "HttpServer",
+    "Request",
+    "Response",
+    "SSEEvent",
+    "SSEParser",
+    "format_sse",
+]

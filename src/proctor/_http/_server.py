@@ -1,0 +1,539 @@
+"""A lean HTTP/1.1 server on asyncio protocols: one task per request, bodies buffered.
+
+A connection reads one request (head, then body) and runs the handler in a task; bytes
+that arrive meanwhile (a pipelined request) wait in the buffer, so responses go out in
+order. Losing the connection cancels that task, which also closes a streaming body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from types import TracebackType
+from typing import Any, cast
+
+import orjson
+
+from ._headers import Headers, HeaderSource, as_pairs
+from ._parse import (
+    ChunkedDecoder,
+    LengthReader,
+    ParseError,
+    Reader,
+    RequestHead,
+    encode_chunk,
+    encode_head,
+    parse_request_head,
+)
+
+__all__ = ["Abort", "Handler", "HttpServer", "Request", "Response"]
+
+log = logging.getLogger("proctor.http")
+
+_LINGER = 2.0  # seconds a refused connection keeps draining input so the error is read
+_FRAMING = frozenset(("content-length", "transfer-encoding", "connection"))
+_BODYLESS = frozenset((204, 304))
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+_status_lines: dict[int, str] = {}
+
+
+class Abort(Exception):
+    """Raised by a handler or a streaming body: the server resets the connection at once.
+
+    Before the response head this sends no response at all; mid-body it cuts the body.
+    """
+
+
+@dataclass(slots=True)
+class Request:
+    """One request, its body read in full."""
+
+    method: str
+    target: str
+    headers: Headers
+    body: bytes
+    client: tuple[str, int] | None = None
+
+    @property
+    def path(self) -> str:
+        """The target without its query string."""
+        return self.target.partition("?")[0]
+
+    @property
+    def query(self) -> str:
+        """The query string, without `?` (empty when there is none)."""
+        return self.target.partition("?")[2]
+
+    def json(self) -> Any:
+        """The body parsed as JSON.
+
+        Raises:
+            orjson.JSONDecodeError: the body is not JSON (a `ValueError`).
+        """
+        return orjson.loads(self.body)
+
+
+@dataclass(slots=True)
+class Response:
+    """A response; an async iterable body is streamed, each chunk written as it comes.
+
+    A streamed body goes out with `Transfer-Encoding: chunked`, or raw when the headers
+    carry a `Content-Length` (the body must then yield exactly that many bytes).
+    """
+
+    status: int = 200
+    headers: HeaderSource = ()
+    body: bytes | AsyncIterable[bytes] = b""
+
+    @classmethod
+    def json(cls, obj: Any, status: int = 200, headers: HeaderSource | None = None) -> Response:
+        """A JSON response (orjson; `content-type: application/json`)."""
+        return cls(status, _with_type(headers, "application/json"), orjson.dumps(obj))
+
+    @classmethod
+    def text(
+        cls,
+        text: str,
+        status: int = 200,
+        headers: HeaderSource | None = None,
+        content_type: str = "text/plain; charset=utf-8",
+    ) -> Response:
+        """A text response, UTF-8 encoded."""
+        return cls(status, _with_type(headers, content_type), text.encode())
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _with_type(headers: HeaderSource | None, content_type: str) -> list[tuple[str, str]]:
+    pairs = [("content-type", content_type)]
+    if headers is not None:
+        pairs.extend(as_pairs(headers))
+    return pairs
+
+
+def _status_line(status: int) -> str:
+    line = _status_lines.get(status)
+    if line is None:
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        line = _status_lines[status] = f"HTTP/1.1 {status} {phrase}"
+    return line
+
+
+def _error(status: int, message: str) -> Response:
+    return Response.json({"error": {"code": status, "message": message}}, status)
+
+
+class HttpServer:
+    """Serve `handler` over HTTP/1.1 on `host:port` (port 0 picks a free one).
+
+    Keep-alive, pipelining, HTTP/1.0, Content-Length and chunked request bodies and
+    `Expect: 100-continue` are handled here. A malformed head gets 400, a head over
+    `max_head` bytes 431 and a body over `max_body` bytes 413, each closing the
+    connection. A handler exception becomes a logged 500 with a JSON error body.
+
+    Args:
+        handler: the coroutine function that answers each request.
+        host: the address to bind.
+        port: the port to bind; 0 picks a free one (see `port` after `start`).
+        max_body: the largest request body accepted, in bytes.
+        max_head: the largest request head accepted, in bytes.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body: int = 64 * 1024 * 1024,
+        max_head: int = 64 * 1024,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.max_body = max_body
+        self.max_head = max_head
+        self._port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self.closing = False
+
+    @property
+    def port(self) -> int:
+        """The bound port (after `start`)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """`http://host:port`, for clients."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self._port}"
+
+    async def start(self) -> None:
+        """Bind and start accepting connections."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self.host, self._port, backlog=4096
+        )
+        self._port = self._server.sockets[0].getsockname()[1]
+
+    async def aclose(self, grace: float = 5.0) -> None:
+        """Stop accepting, close idle connections, let in-flight requests finish.
+
+        Requests still running after `grace` seconds are cancelled and their
+        connections reset.
+        """
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.closing = True
+        server.close()
+        tasks = [t for conn in list(self._connections) if (t := conn.shutdown()) is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        for conn in list(self._connections):
+            conn.abort()
+        await server.wait_closed()
+
+    async def __aenter__(self) -> HttpServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parse, dispatch, write responses in order."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._client: tuple[str, int] | None = None
+        self._buf = b""
+        self._head: RequestHead | None = None
+        self._reader: Reader | None = None
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._task: asyncio.Task[None] | None = None
+        self._lost = False
+        self._refused = False  # an error response went out; input is drained, not parsed
+        self._read_paused = False
+        self._write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self._linger: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # not TCP (a Unix socket): nothing to tune
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self._client = (peer[0], peer[1])
+        self._server._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._server._connections.discard(self)
+        if self._task is not None:
+            self._task.cancel()
+        if self._linger is not None:
+            self._linger.cancel()
+        self._wake()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._reader is not None:
+            self._feed_body(data)
+            return
+        self._buf = self._buf + data if self._buf else data
+        if self._task is None:
+            self._next_request()
+        elif len(self._buf) > self._server.max_head and not self._read_paused:
+            # A client pipelining faster than we answer: stop reading until we catch up.
+            self._read_paused = True
+            self._transport_().pause_reading()
+
+    def eof_received(self) -> bool | None:
+        return None  # a half-close counts as a disconnect: close, cancelling the handler
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake()
+
+    # -- reading ---------------------------------------------------------------
+
+    def _transport_(self) -> asyncio.Transport:
+        assert self._transport is not None
+        return self._transport
+
+    def _next_request(self) -> None:
+        buf = self._buf
+        if buf[:1] in (b"\r", b"\n"):
+            buf = buf.lstrip(b"\r\n")  # RFC 9112 2.2: ignore blank lines before a request
+        end = buf.find(b"\r\n\r\n")
+        max_head = self._server.max_head
+        if end < 0 or end > max_head:
+            self._buf = buf
+            if len(buf) > max_head:
+                self._refuse(431, "request head too large")
+            return
+        try:
+            head = parse_request_head(buf[:end])
+        except ParseError as exc:
+            self._refuse(exc.status, str(exc))
+            return
+        rest = buf[end + 4 :]
+        self._buf = b""
+        if head.length is not None and head.length > self._server.max_body:
+            self._refuse(413, "request body too large")
+            return
+        self._head = head
+        self._parts = []
+        self._size = 0
+        self._reader = ChunkedDecoder() if head.chunked else LengthReader(head.length or 0)
+        self._feed_body(rest)
+        expect = head.headers.get("expect")
+        if self._reader is not None and expect and expect.lower() == "100-continue":
+            self._transport_().write(_CONTINUE)
+
+    def _feed_body(self, data: bytes) -> None:
+        reader = self._reader
+        assert reader is not None
+        try:
+            parts = reader.feed(data)
+        except ParseError as exc:
+            self._refuse(400, str(exc))
+            return
+        if parts:
+            self._size += sum(map(len, parts))
+            if self._size > self._server.max_body:
+                self._refuse(413, "request body too large")
+                return
+            self._parts.extend(parts)
+        if reader.done:
+            self._reader = None
+            self._buf = reader.tail
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        head = self._head
+        assert head is not None
+        parts = self._parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        request = Request(head.method, head.target, head.headers, body, self._client)
+        self._task = asyncio.get_running_loop().create_task(self._respond(request, head))
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer an error, then drain input for a while so the client reads it."""
+        self._refused = True
+        self._reader = None
+        self._buf = b""
+        transport = self._transport_()
+        error = _error(status, message)
+        body = cast(bytes, error.body)
+        transport.write(_head(status, error.headers, True, len(body), False, None) + body)
+        if self._read_paused:
+            transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(_LINGER, transport.close)
+        else:
+            transport.close()
+
+    # -- responding ------------------------------------------------------------
+
+    async def _respond(self, request: Request, head: RequestHead) -> None:
+        keep_alive = False
+        try:
+            keep_alive = await self._answer(request, head)
+            if self._write_paused:
+                await self._drained()
+        except Abort:
+            self._transport_().abort()
+            return
+        except Exception:  # the response itself was bad (say, a CR in a header value)
+            log.exception("cannot send the response to %s %s", request.method, request.target)
+            self._transport_().abort()
+            return
+        finally:
+            self._task = None
+        if not keep_alive or self._server.closing:
+            self._transport_().close()
+            return
+        if self._read_paused:
+            self._read_paused = False
+            self._transport_().resume_reading()
+        if self._buf:
+            self._next_request()
+
+    async def _answer(self, request: Request, head: RequestHead) -> bool:
+        """Run the handler and write its response; whether the connection stays open."""
+        try:
+            response = await self._server.handler(request)
+        except Abort:
+            raise
+        except Exception as exc:
+            log.exception("handler failed on %s %s", request.method, request.target)
+            response = _error(500, f"{type(exc).__name__}: {exc}")
+        close = not head.keep_alive or self._server.closing
+        body = response.body
+        if isinstance(body, bytes | bytearray | memoryview):
+            return self._write_whole(response, bytes(body), close, head)
+        return await self._stream(response, body, close, head)
+
+    def _write_whole(self, response: Response, body: bytes, close: bool, head: RequestHead) -> bool:
+        """Write a response with a bytes body in one go; whether to keep the connection."""
+        fields, close, _ = _split_framing(response.headers, close)
+        status = response.status
+        bodyless = status < 200 or status in _BODYLESS
+        data = _head(status, fields, close, None if bodyless else len(body), False, head)
+        if body and not bodyless and head.method != "HEAD":
+            data += body
+        self._transport_().write(data)
+        return not close
+
+    async def _stream(
+        self, response: Response, body: AsyncIterable[bytes], close: bool, head: RequestHead
+    ) -> bool:
+        it = aiter(body)
+        try:
+            fields, close, length = _split_framing(response.headers, close)
+            if head.method == "HEAD" or response.status in _BODYLESS:
+                data = _head(response.status, fields, close, length, False, head)
+                self._transport_().write(data)
+                return not close
+            chunked = length is None and head.version == "HTTP/1.1"
+            close = close or (length is None and not chunked)
+            try:
+                first = await anext(it)
+            except StopAsyncIteration:
+                first = b""
+            except Abort:
+                raise
+            except Exception as exc:  # nothing sent yet: still time for a clean 500
+                log.exception("streaming body failed on %s %s", head.method, head.target)
+                error = _error(500, f"{type(exc).__name__}: {exc}")
+                return self._write_whole(error, cast(bytes, error.body), close, head)
+            data = _head(response.status, fields, close, length, chunked, head)
+            sent = await self._pump(it, first, data, chunked)
+            if length is not None and sent != length:
+                log.error("streamed body sent %d bytes, content-length said %d", sent, length)
+                self._transport_().abort()
+                return False
+            return not close
+        except (Abort, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("streaming body failed on %s %s", head.method, head.target)
+            self._transport_().abort()
+            return False
+        finally:
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _pump(
+        self, it: AsyncIterator[bytes], first: bytes, data: bytes, chunked: bool
+    ) -> int:
+        """Write the head and every chunk; returns the body bytes sent."""
+        transport = self._transport_()
+        sent = len(first)
+        if first:
+            data += encode_chunk(first) if chunked else first
+        transport.write(data)
+        async for chunk in it:
+            if not chunk:
+                continue
+            sent += len(chunk)
+            transport.write(encode_chunk(chunk) if chunked else chunk)
+            if self._write_paused:
+                await self._drained()
+        if chunked:
+            transport.write(_LAST_CHUNK)
+        return sent
+
+    async def _drained(self) -> None:
+        while self._write_paused and not self._lost:
+            self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+
+    def _wake(self) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # -- shutdown --------------------------------------------------------------
+
+    def shutdown(self) -> asyncio.Task[None] | None:
+        """Close now if idle; otherwise return the request task to wait for."""
+        if self._task is None:
+            self._transport_().close()
+        return self._task
+
+    def abort(self) -> None:
+        """Reset the connection."""
+        self._transport_().abort()
+
+
+def _split_framing(
+    headers: HeaderSource, close: bool
+) -> tuple[list[tuple[str, str]], bool, int | None]:
+    """The caller's fields without framing ones; whether to close; a given length."""
+    fields: list[tuple[str, str]] = []
+    length: int | None = None
+    for name, value in as_pairs(headers):
+        key = name.lower()
+        if key not in _FRAMING:
+            fields.append((name, value))
+        elif key == "connection":
+            close = close or "close" in value.lower()
+        elif key == "content-length":
+            length = int(value)
+    return fields, close, length
+
+
+def _head(
+    status: int,
+    fields: HeaderSource,
+    close: bool,
+    length: int | None,
+    chunked: bool,
+    request: RequestHead | None,
+) -> bytes:
+    extra = ""
+    if chunked:
+        extra = "transfer-encoding: chunked\r\n"
+    elif length is not None:
+        extra = f"content-length: {length}\r\n"
+    if close:
+        extra += "connection: close\r\n"
+    elif request is not None and request.version == "HTTP/1.0":
+        extra += "connection: keep-alive\r\n"
+    return encode_head(_status_line(status), as_pairs(fields), extra)
