@@ -1,0 +1,155 @@
+"""A request as the fake model saw it, with its messages in one shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from .._http import Headers
+from ._fake_model_reply import Fault
+
+__all__ = ["Api", "FakeRequest"]
+
+Api = Literal["chat", "responses", "messages", "models"]
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRequest:
+    """One request the fake model received, in arrival order on `FakeModelServer.requests`.
+
+    Attributes:
+        api: "chat", "responses", "messages" (Anthropic) or "models".
+        method: the HTTP method.
+        path: the request path, e.g. "/v1/chat/completions".
+        headers: the request headers.
+        body: the raw request body.
+        json: the parsed body (a dict for model calls; None for GET).
+        time: when it arrived (`time.time()`).
+        fault: the injected fault it met, if any.
+    """
+
+    api: Api
+    method: str
+    path: str
+    headers: Headers
+    body: bytes
+    json: Any
+    time: float
+    fault: Fault | None = None
+
+    @property
+    def model(self) -> str:
+        """The requested model name ("" when absent)."""
+        return str(self._get("model") or "")
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client asked for SSE."""
+        return bool(self._get("stream"))
+
+    @property
+    def tool_names(self) -> list[str]:
+        """Names of the tools offered, in order."""
+        return [_tool_name(tool) for tool in self._get("tools") or ()]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation as Chat Completions message dicts, whatever the API.
+
+        Text parts are joined into one string; other parts are dropped. Responses
+        `instructions` and Anthropic `system` become a leading system message.
+        """
+        if self.api == "chat":
+            return [{**m, "content": _text(m.get("content"))} for m in self._get("messages") or ()]
+        if self.api == "responses":
+            return _from_responses(self._get("instructions"), self._get("input"))
+        if self.api == "messages":
+            return _from_anthropic(self._get("system"), self._get("messages") or ())
+        return []
+
+    def _get(self, key: str) -> Any:
+        return self.json.get(key) if isinstance(self.json, dict) else None
+
+
+def _tool_name(tool: Any) -> str:
+    if not isinstance(tool, dict):
+        return ""
+    function = tool.get("function")
+    return str((function if isinstance(function, dict) else tool).get("name", ""))
+
+
+def _text(content: Any) -> Any:
+    """Join text parts (any API's part shape) into a string; pass strings and None."""
+    if not isinstance(content, list):
+        return content
+    return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p)
+
+
+def _from_responses(instructions: Any, items: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if instructions:
+        out.append({"role": "system", "content": _text(instructions)})
+    if isinstance(items, str):
+        return [*out, {"role": "user", "content": items}]
+    for item in items or ():
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append({"role": item.get("role", "user"), "content": _text(item.get("content"))})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+            }
+            _assistant_with_calls(out).append(call)
+        elif kind == "function_call_output":
+            output = _text(item.get("output"))
+            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": output})
+    return out
+
+
+def _assistant_with_calls(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool_calls list of the trailing assistant message, opening one if needed."""
+    if not out or out[-1]["role"] != "assistant":
+        out.append({"role": "assistant", "content": None})
+    calls: list[dict[str, Any]] = out[-1].setdefault("tool_calls", [])
+    return calls
+
+
+def _from_anthropic(system: Any, messages: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": _text(system)})
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            out.append({"role": message.get("role"), "content": content})
+            continue
+        for block in content:
+            if block.get("type") == "tool_result":
+                result = _text(block.get("content"))
+                out.append(
+                    {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": result}
+                )
+        texts = [b for b in content if b.get("type") == "text"]
+        calls = [_anthropic_call(b) for b in content if b.get("type") == "tool_use"]
+        if texts or calls:
+            turn: dict[str, Any] = {
+                "role": message.get("role"),
+                "content": _text(texts) if texts else None,
+            }
+            if calls:
+                turn["tool_calls"] = calls
+            out.append(turn)
+    return out
+
+
+def _anthropic_call(block: dict[str, Any]) -> dict[str, Any]:
+    arguments = orjson.dumps(block.get("input", {})).decode()
+    return {
+        "id": block.get("id"),
+        "type": "function",
+        "function": {"name": block.get("name"), "arguments": arguments},
+    }
