@@ -3,6 +3,7 @@
 from . import _graders as graders
 from ._environment import Environment
 from ._runner import TaskRunner
+from ._shell import ShellClient, ShellResult, ShellServer
 from ._template import Template
 from ._types import Answer, Capability, EvaluationResult, SubScore
 
@@ -11,6 +12,9 @@ __all__ = [
     "Capability",
     "Environment",
     "EvaluationResult",
+    "ShellClient",
+    "ShellResult",
+    "ShellServer",
     "SubScore",
     "TaskRunner",
     "Template",

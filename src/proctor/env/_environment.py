@@ -5,10 +5,13 @@ from __future__ import annotations
 import inspect
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from .._errors import TemplateError
+from ._mcp import McpHttpServer
+from ._shell import ShellServer
 from ._template import Template, TemplateFn
 from ._types import Capability
 
@@ -66,6 +69,55 @@ class Environment:
         if capability.name in self._capabilities:
             raise TemplateError(f"{self.name}: duplicate capability {capability.name!r}")
         self._capabilities[capability.name] = capability
+
+    def add_shell(
+        self,
+        name: str = "shell",
+        *,
+        cwd: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        shell: str | None = None,
+        timeout: float = 120.0,
+        max_output: int = 1024 * 1024,
+    ) -> ShellServer:
+        """Declare a `shell` capability: a `ShellServer` running commands in this substrate.
+
+        An initialize hook starts the server and declares the capability with its URL; a
+        shutdown hook withdraws it and stops the server (killing what it started). Graders
+        can run checks through the returned server's `run()`. Arguments are
+        `ShellServer`'s.
+        """
+        server = ShellServer(cwd=cwd, env=env, shell=shell, timeout=timeout, max_output=max_output)
+
+        async def start_shell() -> None:
+            self.add_capability(Capability(name, "shell", await server.start()))
+
+        async def stop_shell() -> None:
+            self._capabilities.pop(name, None)
+            await server.aclose()
+
+        self.initialize(start_shell)
+        self.shutdown(stop_shell)
+        return server
+
+    def add_mcp(self, server: Any, name: str = "mcp", *, path: str = "/mcp") -> None:
+        """Declare an `mcp` capability serving `server` (an `mcp` SDK `MCPServer`).
+
+        An initialize hook serves it over streamable HTTP on a loopback port and declares
+        the capability (`http://127.0.0.1:PORT/mcp`); a shutdown hook withdraws and stops
+        it. Needs `pip install 'proctor[mcp]'`.
+        """
+        http = McpHttpServer(server, path=path)
+
+        async def start_mcp() -> None:
+            self.add_capability(Capability(name, "mcp", await http.start()))
+
+        async def stop_mcp() -> None:
+            self._capabilities.pop(name, None)
+            await http.aclose()
+
+        self.initialize(start_mcp)
+        self.shutdown(stop_mcp)
 
     def capability(self, name: str) -> Capability:
         """The declared capability called `name` (KeyError if none)."""

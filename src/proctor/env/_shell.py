@@ -1,0 +1,535 @@
+"""The `shell` capability: run commands in the environment's substrate.
+
+`ShellServer` listens on a TCP port inside the substrate; `ShellClient` talks to it,
+usually through the control channel's tunnel (`run.binding("shell").url`).
+
+Protocol (shell/1). A connection carries UTF-8 JSON objects, one per line (`\\n`), each
+at most 64 MiB. The client sends requests; the server answers each with exactly one
+reply carrying the request's `id`. Requests on one connection run concurrently and are
+answered as they finish, so match replies by `id`, not by order.
+
+    request  {"id": str | int, "command": str, "timeout"?: float, "cwd"?: str,
+              "stdin"?: str, "env"?: {str: str}, "max_output"?: int}
+    reply    {"id", "exit_code": int, "stdout": str, "stderr": str,
+              "timed_out": bool, "truncated": bool, "duration": float}
+    error    {"id": <id or null>, "error": {"code": int, "message": str}}
+
+- `command` runs as `shell -c command` (bash when present, else /bin/sh) in a new
+  session, so it leads its own process group. `cwd` is relative to the server's
+  directory; `env` is added to the server's environment. Without `stdin` the command
+  reads /dev/null.
+- `timeout` (seconds, default the server's) bounds the whole command: when it expires
+  the process group is killed (SIGKILL), `timed_out` is true and `exit_code` is -9. A
+  negative `exit_code` is always the signal that ended the shell.
+- stdout and stderr are each capped at `max_output` bytes (the server's cap when
+  absent or larger): the head and the tail are kept around a `[... N bytes omitted
+  ...]` line and `truncated` is true. Bytes are decoded as UTF-8, invalid ones replaced.
+- The reply is sent once the shell has exited and its output pipes have closed.
+  Background processes that keep the pipes open get a short grace (`linger`), then
+  the reply goes without their output; they keep running until the server stops.
+- EOF or a dropped connection ends the connection: its running commands' process
+  groups are killed and their replies are never sent. Keep the connection open until
+  every reply has arrived.
+- Errors: a line that is not a JSON object or a request with bad fields gets code
+  -32602 (the connection goes on); a command that cannot start (missing `cwd`) gets
+  -32000; a line over the size limit gets -32600 with id null, then the connection
+  closes. Stopping the server kills every process group it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import shutil
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import orjson
+
+from .._errors import ConnectionLost, ProtocolError, RemoteError
+
+__all__ = ["ShellClient", "ShellResult", "ShellServer"]
+
+MAX_LINE = 64 * 1024 * 1024
+BAD_REQUEST = -32602
+CANNOT_START = -32000
+TOO_LARGE = -32600
+
+
+@dataclass(frozen=True, slots=True)
+class ShellResult:
+    """What one command did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    truncated: bool = False
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """The command exited 0 within its timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+    def to_wire(self) -> dict[str, Any]:
+        """The reply fields (without `id`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ShellResult:
+        """Parse a reply.
+
+        Raises:
+            ProtocolError: a field is missing or has the wrong type.
+        """
+        try:
+            result = cls(
+                int(data["exit_code"]),
+                str(data["stdout"]),
+                str(data["stderr"]),
+                bool(data.get("timed_out", False)),
+                bool(data.get("truncated", False)),
+                float(data.get("duration", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed shell reply: {exc!r}") from None
+        return result
+
+
+class _CommandError(Exception):
+    """A request the server cannot run; becomes an error reply."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ShellServer:
+    """Run shell commands for clients on a loopback port (protocol in the module doc).
+
+    Args:
+        cwd: directory commands run in (default: the current one).
+        env: variables added to this process's environment for every command.
+        shell: the shell binary (default: bash if installed, else /bin/sh).
+        timeout: default per-command timeout in seconds.
+        max_output: cap in bytes on each of stdout and stderr.
+        linger: seconds to wait for output pipes held open by background processes.
+        host: address to bind; keep it loopback, the tunnel reaches it from there.
+        port: port to bind (0 picks a free one).
+    """
+
+    def __init__(
+        self,
+        *,
+        cwd: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        shell: str | None = None,
+        timeout: float = 120.0,
+        max_output: int = 1024 * 1024,
+        linger: float = 0.5,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.cwd = Path(cwd) if cwd is not None else None
+        self.env = dict(env or {})
+        self.shell = shell or shutil.which("bash") or "/bin/sh"
+        self.timeout = timeout
+        self.max_output = max_output
+        self.linger = linger
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._conns: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+        self._groups: set[int] = set()
+
+    def __repr__(self) -> str:
+        where = self.url if self._server is not None else "stopped"
+        return f"<ShellServer {where} cwd={str(self.cwd or '.')!r}>"
+
+    @property
+    def url(self) -> str:
+        """`tcp://host:port` once started.
+
+        Raises:
+            RuntimeError: not started.
+        """
+        if self._server is None:
+            raise RuntimeError("ShellServer is not started")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"tcp://{host}:{port}"
+
+    async def start(self) -> str:
+        """Bind and start serving; returns the URL."""
+        self._server = await asyncio.start_server(
+            self._connection, self.host, self.port, limit=MAX_LINE
+        )
+        return self.url
+
+    async def aclose(self) -> None:
+        """Stop listening, kill every running command and every group ever started."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        # A connection ends on its own once its socket is gone (cancelling the handler
+        # would make asyncio log the cancelled task); commands are cancelled directly.
+        for writer in self._conns.values():
+            writer.transport.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._conns, return_exceptions=True)
+        for pgid in self._groups:
+            _killpg(pgid)
+        self._groups.clear()
+
+    async def __aenter__(self) -> ShellServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - kills the process group, not the await
+        cwd: str | Path | None = None,
+        stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output: int | None = None,
+    ) -> ShellResult:
+        """Run `command` here, as a request would (for graders inside the environment).
+
+        Raises:
+            FileNotFoundError: `cwd` is not a directory.
+            OSError: the shell could not start.
+            ValueError: the command or an env value holds a NUL byte.
+        """
+        limit = self.timeout if timeout is None else timeout
+        directory = (self.cwd or Path.cwd()) / (cwd or "")
+        if not directory.is_dir():
+            raise FileNotFoundError(f"cwd {str(directory)!r} is not a directory")
+        cap = min(max_output or self.max_output, self.max_output)
+        loop = asyncio.get_running_loop()
+        proc = _Process(cap, loop)
+        t0 = time.monotonic()
+        transport, _ = await loop.subprocess_exec(
+            lambda: proc,
+            self.shell,
+            "-c",
+            command,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=directory,
+            env={**os.environ, **self.env, **(env or {})},
+            start_new_session=True,
+        )
+        pgid = transport.get_pid()
+        self._groups.add(pgid)
+        try:
+            if stdin is not None:
+                _feed(transport, stdin)
+            timed_out = await proc.finish(pgid, limit, self.linger)
+        finally:
+            if not proc.exited.done():  # cancelled: take the whole group down with it
+                _killpg(pgid)
+            transport.close()
+            if not _alive(pgid):
+                self._groups.discard(pgid)
+        stdout, cut_out = proc.stdout.text()
+        stderr, cut_err = proc.stderr.text()
+        code = transport.get_returncode()
+        return ShellResult(
+            -signal.SIGKILL if code is None else code,
+            stdout,
+            stderr,
+            timed_out,
+            cut_out or cut_err,
+            round(time.monotonic() - t0, 6),
+        )
+
+    # -- protocol ------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mine: set[asyncio.Task[None]] = set()
+        me = asyncio.current_task()
+        assert me is not None
+        self._conns[me] = writer
+        try:
+            while line := await _next_line(reader, writer):
+                task = asyncio.get_running_loop().create_task(self._answer(line, writer))
+                for group in (mine, self._tasks):
+                    group.add(task)
+                    task.add_done_callback(group.discard)
+        finally:
+            for task in mine:
+                task.cancel()
+            await asyncio.gather(*mine, return_exceptions=True)
+            writer.close()
+            del self._conns[me]
+
+    async def _answer(self, line: bytes, writer: asyncio.StreamWriter) -> None:
+        rid: Any = None
+        try:
+            req = _request(line)
+            rid = req.get("id")
+            result = await self._run_request(req)
+            reply: dict[str, Any] = {"id": rid, **result.to_wire()}
+        except _CommandError as exc:
+            reply = {"id": rid, "error": {"code": exc.code, "message": str(exc)}}
+        writer.write(orjson.dumps(reply) + b"\n")
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    async def _run_request(self, req: dict[str, Any]) -> ShellResult:
+        if not isinstance(req.get("command"), str):
+            raise _CommandError(BAD_REQUEST, "command must be a string")
+        timeout = req.get("timeout")
+        if timeout is not None and not _positive(timeout):
+            raise _CommandError(BAD_REQUEST, f"timeout must be a positive number, not {timeout!r}")
+        max_output = req.get("max_output")
+        if max_output is not None and not (_positive(max_output) and type(max_output) is int):
+            raise _CommandError(BAD_REQUEST, "max_output must be a positive integer")
+        for key in ("cwd", "stdin"):
+            if req.get(key) is not None and not isinstance(req[key], str):
+                raise _CommandError(BAD_REQUEST, f"{key} must be a string")
+        env = req.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise _CommandError(BAD_REQUEST, "env must map names to strings")
+        try:
+            return await self.run(
+                req["command"],
+                timeout=timeout,
+                cwd=req.get("cwd"),
+                stdin=req.get("stdin"),
+                env=env,
+                max_output=max_output,
+            )
+        except (OSError, ValueError) as exc:
+            raise _CommandError(CANNOT_START, f"cannot start: {exc}") from None
+
+
+def _request(line: bytes) -> dict[str, Any]:
+    try:
+        req = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise _CommandError(BAD_REQUEST, f"not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise _CommandError(BAD_REQUEST, "a request is a JSON object")
+    return req
+
+
+async def _next_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:
+    """The next non-blank request line; None at EOF or after an oversized line."""
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError:
+            return None
+        except asyncio.LimitOverrunError:
+            error = {"code": TOO_LARGE, "message": f"line over {MAX_LINE} bytes"}
+            writer.write(orjson.dumps({"id": None, "error": error}) + b"\n")
+            return None
+        except ConnectionError:
+            return None
+        if line.strip():
+            return line
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _feed(transport: asyncio.SubprocessTransport, text: str) -> None:
+    pipe = cast(asyncio.WriteTransport | None, transport.get_pipe_transport(0))
+    if pipe is not None:
+        pipe.write(text.encode())
+        pipe.write_eof()
+
+
+def _killpg(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Capped:
+    """Keep the head and the tail of a byte stream within `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_max = limit - limit // 2
+        self.tail_max = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_max - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_max:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_max:
+                del self.tail[: -self.tail_max]
+
+    def text(self) -> tuple[str, bool]:
+        """The kept text and whether anything was dropped."""
+        tail = self.tail[-self.tail_max :] if self.tail_max else b""
+        omitted = self.total - len(self.head) - len(tail)
+        head = self.head.decode(errors="replace")
+        if omitted <= 0:
+            return head + tail.decode(errors="replace"), False
+        return f"{head}\n[... {omitted} bytes omitted ...]\n{tail.decode(errors='replace')}", True
+
+
+class _Process(asyncio.SubprocessProtocol):
+    """Collects capped output; resolves `exited` and `drained` separately.
+
+    asyncio's own `Process.wait()` waits for the pipes too, so a background process
+    holding them would stall it; here the exit and the pipes are watched apart.
+    """
+
+    def __init__(self, cap: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.stdout = _Capped(cap)
+        self.stderr = _Capped(cap)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.drained: asyncio.Future[None] = loop.create_future()
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        (self.stdout if fd == 1 else self.stderr).feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open.discard(fd)
+        if not self._open and not self.drained.done():
+            self.drained.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    async def finish(self, pgid: int, limit: float, linger: float) -> bool:
+        """Wait for the exit and the pipes; True when `limit` ran out and killed the group."""
+        timed_out = False
+        try:
+            async with asyncio.timeout(limit):
+                await asyncio.shield(self.exited)
+        except TimeoutError:
+            timed_out = True
+            _killpg(pgid)
+            await asyncio.shield(self.exited)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(linger):
+                await asyncio.shield(self.drained)
+        return timed_out
+
+
+class ShellClient:
+    """Run commands on a `ShellServer` at `url`, one connection per command.
+
+    A cancelled `run` closes its connection, which kills the command's process group.
+
+    Args:
+        url: `tcp://host:port` (e.g. `run.binding("shell").url`).
+        cwd: default working directory, relative to the server's.
+        env: variables added to every command's environment.
+        timeout: default per-command timeout in seconds (None: the server's).
+        max_output: default cap in bytes on each output stream (None: the server's).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        max_output: int | None = None,
+    ) -> None:
+        parts = urlsplit(url if "://" in url else f"tcp://{url}")
+        if not parts.hostname or parts.port is None:
+            raise ValueError(f"{url!r} names no host:port")
+        self.url = url
+        self.host, self.port = parts.hostname, parts.port
+        self.cwd = cwd
+        self.env = dict(env or {})
+        self.timeout = timeout
+        self.max_output = max_output
+
+    def __repr__(self) -> str:
+        return f"ShellClient({self.url!r})"
+
+    async def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the server enforces it on the group
+        cwd: str | None = None,
+        stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ShellResult:
+        """Run one command and return its result.
+
+        Raises:
+            OSError: the server could not be reached.
+            ConnectionLost: the connection closed before the reply.
+            RemoteError: the server refused the request (bad fields, missing cwd).
+            ProtocolError: the reply is malformed.
+        """
+        req: dict[str, Any] = {"id": 1, "command": command}
+        fields = {
+            "timeout": timeout if timeout is not None else self.timeout,
+            "cwd": cwd if cwd is not None else self.cwd,
+            "stdin": stdin,
+            "env": {**self.env, **(env or {})} or None,
+            "max_output": self.max_output,
+        }
+        req.update((k, v) for k, v in fields.items() if v is not None)
+        reader, writer = await asyncio.open_connection(self.host, self.port, limit=MAX_LINE)
+        try:
+            writer.write(orjson.dumps(req) + b"\n")
+            line = await reader.readline()
+        finally:
+            writer.close()
+        if not line.endswith(b"\n"):
+            raise ConnectionLost(f"{self.url}: shell connection closed before the reply")
+        return _reply(line, self.url)
+
+
+def _reply(line: bytes, url: str) -> ShellResult:
+    try:
+        reply = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"{url}: shell reply is not JSON: {exc}") from None
+    if not isinstance(reply, dict):
+        raise ProtocolError(f"{url}: shell reply is not an object")
+    error = reply.get("error")
+    if isinstance(error, dict):
+        raise RemoteError(int(error.get("code", 0)), str(error.get("message", "")))
+    return ShellResult.from_wire(reply)
