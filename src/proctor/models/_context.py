@@ -1,0 +1,216 @@
+"""Deterministic client-side compaction of a chat history.
+
+A history is a head (the leading system messages and the first user message, the
+task) followed by units: an assistant message with its tool calls and their results,
+or any other single message. Compaction drops the oldest whole units, never half a
+pair, and records what they achieved in one checkpoint message right after the head,
+so the model keeps the task and the latest outcomes. Same input, same output: the
+kept prefix stays byte-identical, which keeps provider prompt caches warm.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["CHECKPOINT", "ContextPolicy", "compact", "history_bytes", "needs_compaction"]
+
+Message = dict[str, Any]
+
+CHECKPOINT = "[checkpoint]"
+"""The first word of a checkpoint message's content."""
+
+_COUNT = re.compile(r"\[checkpoint\] (\d+) earlier step")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPolicy:
+    """When and how far to compact.
+
+    Args:
+        max_bytes: compact when the serialized history exceeds this many bytes.
+        max_tokens: compact when the input exceeds this many tokens (the last
+            response's `usage.input_tokens` when known, else bytes / `bytes_per_token`).
+        keep_last: how many outcomes of dropped steps the checkpoint keeps.
+        target: compact down to this fraction of the limit, so compaction (and a cold
+            prompt cache) happens rarely, not on every step.
+        outcome_chars: each outcome in the checkpoint is cut to this many characters.
+        bytes_per_token: the estimate used when no token count is known.
+
+    Raises:
+        ValueError: a field is out of range.
+    """
+
+    max_bytes: int | None = None
+    max_tokens: int | None = None
+    keep_last: int = 5
+    target: float = 0.5
+    outcome_chars: int = 300
+    bytes_per_token: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target <= 1:
+            raise ValueError(f"ContextPolicy.target must be within (0, 1], not {self.target!r}")
+        for name in ("max_bytes", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"ContextPolicy.{name} must be > 0, not {value!r}")
+        if self.keep_last < 0 or self.outcome_chars < 1 or self.bytes_per_token <= 0:
+            raise ValueError(
+                "ContextPolicy: keep_last, outcome_chars, bytes_per_token out of range"
+            )
+
+    def limit_bytes(self) -> float:
+        """The byte size both limits allow (infinite without limits)."""
+        limits = [math.inf]
+        if self.max_bytes is not None:
+            limits.append(self.max_bytes)
+        if self.max_tokens is not None:
+            limits.append(self.max_tokens * self.bytes_per_token)
+        return min(limits)
+
+
+def history_bytes(messages: list[Message]) -> int:
+    """The size of `messages` as compact JSON."""
+    return len(orjson.dumps(messages))
+
+
+def _bytes(message: Message) -> int:
+    return len(orjson.dumps(message))
+
+
+def needs_compaction(
+    messages: list[Message], policy: ContextPolicy, *, input_tokens: int | None = None
+) -> bool:
+    """Whether `messages` exceed the policy's byte or token limit."""
+    size = history_bytes(messages)
+    if policy.max_bytes is not None and size > policy.max_bytes:
+        return True
+    tokens = input_tokens if input_tokens is not None else size / policy.bytes_per_token
+    return policy.max_tokens is not None and tokens > policy.max_tokens
+
+
+def compact(
+    messages: list[Message],
+    policy: ContextPolicy,
+    *,
+    input_tokens: int | None = None,
+    force: bool = False,
+) -> list[Message]:
+    """`messages` with the oldest steps folded into a checkpoint, when over the limit.
+
+    Drops the fewest oldest units that bring the history under `target` times the
+    limit (or times its current size, whichever is smaller); the newest unit is
+    always kept. Returns a copy of `messages` unchanged when under the limit and
+    not `force`d, or when there is nothing to drop.
+
+    Args:
+        messages: the history in chat shape; it is not modified.
+        policy: the limits.
+        input_tokens: the last known prompt size in tokens, if any.
+        force: compact even under the limit (e.g. after a 413).
+    """
+    if not force and not needs_compaction(messages, policy, input_tokens=input_tokens):
+        return list(messages)
+    head, prior, units = _split(messages)
+    if len(units) < 2:
+        return list(messages)
+    budget = policy.target * min(history_bytes(messages), policy.limit_bytes())
+    dropped_before, outcomes = _read_checkpoint(prior)
+    head_bytes = sum(_bytes(m) for m in head)
+    tail_bytes = [_bytes(m) for unit in units for m in unit]
+    best = list(messages)
+    for k in range(1, len(units)):
+        outcomes += _outcomes(units[k - 1], policy.outcome_chars)
+        kept = outcomes[-policy.keep_last :] if policy.keep_last else []
+        checkpoint = _checkpoint(dropped_before + k, kept)
+        tail = [m for unit in units[k:] for m in unit]
+        best = [*head, checkpoint, *tail]
+        # JSON array size: brackets, one comma between items, and the items.
+        size = 1 + len(best) + head_bytes + _bytes(checkpoint) + sum(tail_bytes[-len(tail) :])
+        if size <= budget:
+            break
+    return best
+
+
+def _split(messages: list[Message]) -> tuple[list[Message], Message | None, list[list[Message]]]:
+    """Head, the existing checkpoint (if any), and the units after them."""
+    i = 0
+    while i < len(messages) and messages[i].get("role") == "system":
+        i += 1
+    if i < len(messages) and messages[i].get("role") == "user":
+        i += 1
+    head = messages[:i]
+    prior = None
+    if i < len(messages) and _is_checkpoint(messages[i]):
+        prior = messages[i]
+        i += 1
+    units: list[list[Message]] = []
+    while i < len(messages):
+        j = i + 1
+        ids = {c.get("id") for c in messages[i].get("tool_calls") or [] if isinstance(c, dict)}
+        if messages[i].get("role") == "assistant" and ids:
+            while j < len(messages) and messages[j].get("role") == "tool":
+                if messages[j].get("tool_call_id") not in ids:
+                    break
+                j += 1
+        units.append(messages[i:j])
+        i = j
+    return head, prior, units
+
+
+def _is_checkpoint(message: Message) -> bool:
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, str)
+        and content.startswith(CHECKPOINT)
+    )
+
+
+def _read_checkpoint(message: Message | None) -> tuple[int, list[str]]:
+    if message is None:
+        return 0, []
+    text = str(message["content"])
+    match = _COUNT.match(text)
+    lines = [line[2:] for line in text.splitlines() if line.startswith("- ")]
+    return (int(match.group(1)) if match else 0), lines
+
+
+def _checkpoint(dropped: int, outcomes: list[str]) -> Message:
+    text = (
+        f"{CHECKPOINT} {dropped} earlier step{'s' if dropped != 1 else ''} of this "
+        "conversation were removed to keep the context small."
+    )
+    if outcomes:
+        text += " Their latest outcomes, oldest first:\n" + "\n".join(f"- {o}" for o in outcomes)
+    return {"role": "user", "content": text}
+
+
+def _outcomes(unit: list[Message], limit: int) -> list[str]:
+    first = unit[0]
+    calls = [c for c in first.get("tool_calls") or [] if isinstance(c, dict)]
+    if first.get("role") == "assistant" and calls:
+        results = {m.get("tool_call_id"): _text(m.get("content")) for m in unit[1:]}
+        lines = []
+        for call in calls:
+            fn = call.get("function") or {}
+            result = results.get(call.get("id"), "(no result)")
+            lines.append(_cut(f"{fn.get('name')}({fn.get('arguments', '')}) -> {result}", limit))
+        return lines
+    return [_cut(f"{first.get('role')}: {_text(first.get('content'))}", limit)]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
