@@ -7,6 +7,7 @@ package stays light. The pure pieces (retry state machine, wire parsing, pricing
 compaction) are shared with the interception proxy.
 """
 
+from ._client import ProviderAdapter, model_client
 from ._clock import Clock, FakeClock, SystemClock
 from ._context import CHECKPOINT, ContextPolicy, compact, history_bytes, needs_compaction
 from ._names import ModelSpec, parse_model
@@ -36,6 +37,7 @@ __all__ = [
     "Outcome",
     "Parsed",
     "Price",
+    "ProviderAdapter",
     "Retrier",
     "RetryPolicy",
     "StreamAccumulator",
@@ -48,6 +50,7 @@ __all__ = [
     "compact",
     "cost",
     "history_bytes",
+    "model_client",
     "needs_compaction",
     "parse_model",
     "parse_response",

@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from ._wire import text_of
+
 __all__ = ["CHECKPOINT", "ContextPolicy", "compact", "history_bytes", "needs_compaction"]
 
 Message = dict[str, Any]
@@ -195,20 +197,14 @@ def _outcomes(unit: list[Message], limit: int) -> list[str]:
     first = unit[0]
     calls = [c for c in first.get("tool_calls") or [] if isinstance(c, dict)]
     if first.get("role") == "assistant" and calls:
-        results = {m.get("tool_call_id"): _text(m.get("content")) for m in unit[1:]}
+        results = {m.get("tool_call_id"): text_of(m.get("content")) for m in unit[1:]}
         lines = []
         for call in calls:
             fn = call.get("function") or {}
             result = results.get(call.get("id"), "(no result)")
             lines.append(_cut(f"{fn.get('name')}({fn.get('arguments', '')}) -> {result}", limit))
         return lines
-    return [_cut(f"{first.get('role')}: {_text(first.get('content'))}", limit)]
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
+    return [_cut(f"{first.get('role')}: {text_of(first.get('content'))}", limit)]
 
 
 def _cut(text: str, limit: int) -> str:

@@ -361,7 +361,8 @@ class Retrier:
 
         Args:
             send: one attempt. `HttpError`s it raises count as transport failures.
-            payload: what `send` sends (JSON-able or bytes; its size decides 413 retries).
+            payload: what `send` sends: bytes, JSON-able, or an object with an `nbytes`
+                attribute (its size in bytes decides 413 retries).
             classify: the outcome of a result `send` returned.
             shrink: on 413, a smaller rewrite of the payload (e.g. compacted), or None.
                 A rewrite that is not strictly smaller in bytes is never sent.
@@ -413,4 +414,5 @@ def _size(payload: Any) -> int:
         return len(payload)
     if isinstance(payload, str):
         return len(payload.encode())
-    return len(orjson.dumps(payload))
+    nbytes = getattr(payload, "nbytes", None)
+    return nbytes if isinstance(nbytes, int) else len(orjson.dumps(payload))

@@ -102,7 +102,7 @@ def parse_response(api: str, body: Any) -> Parsed:
     if not isinstance(body, dict):
         raise _Malformed("response is not a JSON object")
     if body.get("error"):
-        raise _Malformed(f"error in response: {_brief(body['error'])}")
+        raise _Malformed(f"error in response: {brief(body['error'])}")
     if api == "messages":
         return _parse_messages(body)
     if api == "responses":
@@ -110,7 +110,14 @@ def parse_response(api: str, body: Any) -> Parsed:
     return _parse_chat(body)
 
 
-def _brief(value: Any, limit: int = 200) -> str:
+def text_of(content: Any) -> str:
+    """A message's content as text: parts' texts joined, None as empty."""
+    if isinstance(content, list):
+        return "".join(str(_dict(p).get("text") or "") for p in content)
+    return "" if content is None else str(content)
+
+
+def brief(value: Any, limit: int = 200) -> str:
     text = value if isinstance(value, str) else orjson.dumps(value).decode()
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -164,7 +171,7 @@ def _parse_chat(body: dict[str, Any]) -> Parsed:
         raise _Malformed("no message in the first choice")
     content = msg.get("content")
     if isinstance(content, list):
-        content = "".join(str(_dict(p).get("text") or "") for p in content)
+        content = text_of(content)
     if content is not None and not isinstance(content, str):
         raise _Malformed("message content is neither text nor parts")
     raw_calls = msg.get("tool_calls") or []

@@ -1,0 +1,209 @@
+"""The Anthropic Messages adapter on the official `anthropic` SDK.
+
+Chat-shaped history becomes a `system` plus alternating user/assistant turns; tool
+results become `tool_result` blocks; cache breakpoints mark the stable prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import anthropic
+import orjson
+
+from ._client import ProviderAdapter, Reply, call_sdk
+from ._names import ModelSpec
+from ._types import Message, ToolSpec
+from ._wire import text_of
+
+__all__ = ["MessagesAdapter", "anthropic_messages"]
+
+DEFAULT_MAX_TOKENS = 8192
+"""Anthropic requires `max_tokens`; this is sent when the caller gives none."""
+
+_BREAKPOINT = {"type": "ephemeral"}
+
+
+class MessagesAdapter(ProviderAdapter):
+    """Anthropic Messages (and servers that speak it)."""
+
+    api = "messages"
+
+    def __init__(
+        self,
+        model: str,
+        spec: ModelSpec,
+        *,
+        api_key: str,
+        timeout: float,
+        headers: dict[str, str],
+        cache_prompt: bool = True,
+        **common: Any,
+    ) -> None:
+        super().__init__(model, spec, **common)
+        self.cache_prompt = cache_prompt
+        base = spec.base_url.removesuffix("/v1")  # the SDK adds /v1/messages itself
+        self._sdk = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base,
+            timeout=timeout,
+            max_retries=0,
+            default_headers=headers,
+        )
+
+    def body(
+        self,
+        messages: list[Message],
+        tools: Sequence[ToolSpec],
+        session_key: str | None,
+        params: dict[str, Any],
+    ) -> dict[str, Any]:
+        """`POST /v1/messages` body."""
+        if params.pop("stream", False):
+            raise ValueError("complete() returns whole responses; stream=True is not supported")
+        system, turns = anthropic_messages(messages)
+        body: dict[str, Any] = {
+            "model": self.spec.model,
+            "max_tokens": params.pop("max_tokens", None)
+            or params.pop("max_completion_tokens", None)
+            or DEFAULT_MAX_TOKENS,
+            "messages": turns,
+        }
+        if system:
+            body["system"] = system
+        if tools:
+            body["tools"] = [_tool(t) for t in tools]
+        if session_key is not None:
+            body["metadata"] = {"user_id": session_key}
+        if self.cache_prompt:
+            add_breakpoints(body)
+        return {**body, **params}
+
+    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        """One `messages.create` through the SDK."""
+        rest = {k: v for k, v in body.items() if k not in ("model", "messages", "max_tokens")}
+        return await call_sdk(
+            anthropic,
+            self._sdk.messages.with_raw_response.create,
+            model=body["model"],
+            messages=cast(Any, body["messages"]),
+            max_tokens=body["max_tokens"],
+            extra_body=rest,
+            extra_headers=headers,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connections."""
+        await self._sdk.close()
+
+
+def _tool(tool: ToolSpec) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": tool.name, "input_schema": tool.parameters}
+    if tool.description:
+        spec["description"] = tool.description
+    return spec
+
+
+def add_breakpoints(body: dict[str, Any]) -> None:
+    """Mark the stable prefix for Anthropic's prompt cache (at most 4 breakpoints).
+
+    The last tool and the last system block cache the fixed preamble; the last two
+    user turns cache the history, so each call reads what the previous one wrote.
+    """
+    if body.get("tools"):
+        body["tools"][-1]["cache_control"] = _BREAKPOINT
+    if body.get("system"):
+        body["system"][-1]["cache_control"] = _BREAKPOINT
+    users = [m for m in body["messages"] if m["role"] == "user" and m["content"]]
+    for turn in users[-2:]:
+        turn["content"][-1]["cache_control"] = _BREAKPOINT
+
+
+def anthropic_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], list[Message]]:
+    """Chat messages as Anthropic `system` blocks and alternating turns (fresh dicts)."""
+    system: list[dict[str, Any]] = []
+    turns: list[Message] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            text = text_of(m.get("content"))
+            if text:
+                system.append({"type": "text", "text": text})
+            continue
+        if role == "assistant":
+            blocks = _assistant_blocks(m)
+        elif role == "tool":
+            blocks = [_tool_result(m)]
+        else:
+            blocks = _user_blocks(m.get("content"))
+        turn_role = "assistant" if role == "assistant" else "user"
+        if turns and turns[-1]["role"] == turn_role:
+            turns[-1]["content"].extend(blocks)  # Anthropic alternates roles
+        else:
+            turns.append({"role": turn_role, "content": blocks})
+    return system, turns
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    blocks = [dict(b) for b in message.get("thinking_blocks") or []]
+    text = text_of(message.get("content"))
+    if text:
+        blocks.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": fn.get("name"),
+                "input": _json_object(fn.get("arguments")),
+            }
+        )
+    return blocks
+
+
+def _json_object(arguments: Any) -> Any:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_result(message: Message) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.get("tool_call_id")}
+    content = message.get("content")
+    if isinstance(content, list):
+        block["content"] = _user_blocks(content)
+    elif content:
+        block["content"] = str(content)
+    return block
+
+
+def _user_blocks(content: Any) -> list[dict[str, Any]]:
+    if not isinstance(content, list):
+        return [{"type": "text", "text": str(content)}] if content else []
+    blocks = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            blocks.append({"type": "text", "text": part.get("text", "")})
+        elif kind == "image_url":
+            blocks.append(_image(part.get("image_url")))
+        elif isinstance(part, dict):
+            blocks.append(dict(part))  # already an Anthropic block
+    return blocks
+
+
+def _image(image: Any) -> dict[str, Any]:
+    url = str(image.get("url") if isinstance(image, dict) else image)
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[5:].split(";base64,", 1)
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
+    return {"type": "image", "source": {"type": "url", "url": url}}

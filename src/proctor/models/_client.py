@@ -1,0 +1,290 @@
+"""`model_client()`, and what every provider adapter shares: the retry loop, 413
+compaction, parsing, usage and cost."""
+
+from __future__ import annotations
+
+import os
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from .._errors import HttpConnectError, HttpReadError, HttpTimeout, ModelError
+from ._clock import Clock, SystemClock
+from ._context import ContextPolicy, compact
+from ._names import PROVIDERS, Api, ModelSpec, parse_model
+from ._pricing import price_of
+from ._retry import HeaderLookup, Outcome, Retrier, RetryPolicy, classify_status, retry_after_from
+from ._types import Message, ModelResponse, ToolSpec
+from ._wire import brief, check_response, parse_response, usage_from
+
+__all__ = ["ProviderAdapter", "Reply", "Request", "call_sdk", "model_client"]
+
+KEYLESS = "EMPTY"
+"""The API key sent to servers that need none (the OpenAI SDK insists on one)."""
+
+_COMPACT_413 = ContextPolicy()
+"""How a 413 is answered when the client has no context policy: halve the history."""
+
+
+@dataclass(slots=True)
+class Reply:
+    """One HTTP response as an adapter got it from its SDK."""
+
+    status: int
+    headers: HeaderLookup | Mapping[str, str]
+    content: bytes
+    json: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What one attempt sends: the chat-shaped history and the provider body made of it."""
+
+    messages: list[Message]
+    body: dict[str, Any]
+
+    @property
+    def nbytes(self) -> int:
+        """The body's size as JSON, which decides whether a 413 rewrite is smaller."""
+        return len(orjson.dumps(self.body))
+
+
+class ProviderAdapter(ABC):
+    """A `ModelClient` on one provider API, and an async context manager closing it.
+
+    Subclasses build the provider's request body and send it through the SDK; the
+    retry loop, 413 compaction, parsing, usage and cost are shared.
+    """
+
+    api: Api
+
+    def __init__(
+        self,
+        model: str,
+        spec: ModelSpec,
+        *,
+        retry: RetryPolicy | None,
+        clock: Clock | None,
+        rng: random.Random | None,
+        context: ContextPolicy | None,
+        params: Mapping[str, Any],
+    ) -> None:
+        self.model = model
+        self.spec = spec
+        self.retry = retry or RetryPolicy()
+        self.clock: Clock = clock or SystemClock()
+        self.context = context
+        self.params = dict(params)
+        self._rng = rng
+        self._price = price_of(spec.model)
+
+    @abstractmethod
+    def body(
+        self,
+        messages: list[Message],
+        tools: Sequence[ToolSpec],
+        session_key: str | None,
+        params: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The provider request body."""
+
+    @abstractmethod
+    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        """One HTTP attempt through the SDK.
+
+        Raises:
+            HttpError: no response came back (connect, read, timeout).
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release the SDK's connections."""
+
+    def session_headers(self, session_key: str | None) -> dict[str, str]:
+        """Extra headers for a session key (none unless the API takes it as a header)."""
+        return {}
+
+    async def __aenter__(self) -> ProviderAdapter:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        require_tool_call: bool = False,
+        session_key: str | None = None,
+        **params: Any,
+    ) -> ModelResponse:
+        """See `ModelClient.complete`."""
+        if self.context is not None:
+            messages = compact(messages, self.context)
+        merged = {**self.params, **params}
+        names = {t.name for t in tools}
+        headers = self.session_headers(session_key)
+
+        def build(history: list[Message]) -> Request:
+            return Request(history, self.body(history, tools, session_key, dict(merged)))
+
+        async def attempt(request: Request) -> Reply:
+            return await self.send(request.body, headers)
+
+        def classify(reply: Reply) -> Outcome:
+            return self._classify(reply, require_tool_call, names if tools else None)
+
+        def shrink(request: Request) -> Request | None:
+            smaller = compact(request.messages, self.context or _COMPACT_413, force=True)
+            return build(smaller) if len(smaller) != len(request.messages) else None
+
+        retrier = Retrier(self.retry, self.clock, self._rng)
+        started = self.clock.now()
+        reply = await retrier.run(attempt, build(messages), classify, shrink=shrink)
+        return self._response(reply.json, retrier, self.clock.now() - started)
+
+    def _classify(self, reply: Reply, require_tool_call: bool, names: set[str] | None) -> Outcome:
+        cause = classify_status(reply.status, reply.content)
+        if cause != "ok":
+            return Outcome(cause, reply.status, _error_text(reply), retry_after_from(reply.headers))
+        try:
+            reply.json = orjson.loads(reply.content)
+        except orjson.JSONDecodeError:
+            return Outcome("malformed", reply.status, "response is not JSON")
+        problem = check_response(
+            self.api, reply.json, require_tool_call=require_tool_call, tool_names=names
+        )
+        return Outcome("malformed" if problem else "ok", reply.status, problem)
+
+    def _response(self, body: Any, retrier: Retrier, latency: float) -> ModelResponse:
+        parsed = parse_response(self.api, body)
+        usage = usage_from(self.api, body)
+        price = self._price or price_of(str(body.get("model") or ""))
+        return ModelResponse(
+            message=parsed.message,
+            content=parsed.content,
+            tool_calls=parsed.tool_calls,
+            usage=usage,
+            cost=None if price is None else price.cost(usage),
+            model=self.model,
+            finish_reason=parsed.finish_reason,
+            attempts=retrier.attempts,
+            latency=latency,
+            raw=body,
+        )
+
+
+def _error_text(reply: Reply) -> str:
+    """The provider's error message, briefly, else the start of the body."""
+    try:
+        body = orjson.loads(reply.content)
+    except orjson.JSONDecodeError:
+        return f"HTTP {reply.status}: {brief(reply.content.decode(errors='replace'))}"
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return f"HTTP {reply.status}: {brief(message if message else body)}"
+
+
+async def call_sdk(sdk: Any, create: Callable[..., Awaitable[Any]], **kwargs: Any) -> Reply:
+    """One raw-response SDK call; error statuses become replies, the rest `HttpError`s.
+
+    `sdk` is the `openai` or `anthropic` module: both name their errors alike.
+    """
+    try:
+        raw = await create(**kwargs)
+    except sdk.APIStatusError as exc:
+        response = exc.response
+        return Reply(response.status_code, response.headers, response.content)
+    except sdk.APITimeoutError as exc:
+        raise HttpTimeout(str(exc)) from exc
+    except sdk.APIConnectionError as exc:
+        import httpx2  # loaded with the SDK already
+
+        connect = isinstance(exc.__cause__, httpx2.ConnectError)
+        cls = HttpConnectError if connect else HttpReadError
+        raise cls(f"{exc} ({exc.__cause__!r})") from exc
+    response = raw.http_response
+    return Reply(response.status_code, response.headers, response.content)
+
+
+def model_client(
+    spec: str,
+    *,
+    api_key: str | None = None,
+    retry: RetryPolicy | None = None,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    timeout: float = 600.0,
+    headers: Mapping[str, str] | None = None,
+    context: ContextPolicy | None = None,
+    cache_prompt: bool = True,
+    params: Mapping[str, Any] | None = None,
+) -> ProviderAdapter:
+    """A `ModelClient` for a model string (see `parse_model`).
+
+    The provider's SDK is imported here, with its own retries disabled: the retry
+    contract is ours.
+
+    Args:
+        spec: `provider/model[@base_url][?api=...]`.
+        api_key: the key; default from the provider's variable (`OPENAI_API_KEY`,
+            `ANTHROPIC_API_KEY`, ...). Keyless servers get a placeholder.
+        retry: the retry policy.
+        clock: the time source (a `FakeClock` makes retries instant in tests).
+        rng: the backoff jitter's randomness.
+        timeout: seconds for one HTTP attempt.
+        headers: extra headers on every request.
+        context: compact the history before sending when it exceeds these limits;
+            a 413 is answered by compacting in any case.
+        cache_prompt: mark the stable prefix with Anthropic cache breakpoints.
+        params: default request parameters (`temperature`, `max_tokens`, ...).
+
+    Raises:
+        ValueError: a malformed model string.
+        ModelError: no API key for a provider that needs one.
+        ImportError: the provider's SDK is not installed (names the extra).
+    """
+    parsed = parse_model(spec)
+    key = _api_key(parsed, api_key)
+    common: dict[str, Any] = {
+        "retry": retry,
+        "clock": clock,
+        "rng": rng,
+        "context": context,
+        "params": dict(params or {}),
+    }
+    sdk: dict[str, Any] = {"api_key": key, "timeout": timeout, "headers": dict(headers or {})}
+    extra = "anthropic" if parsed.api == "messages" else "openai"
+    try:
+        if parsed.api == "messages":
+            from ._anthropic import MessagesAdapter
+
+            return MessagesAdapter(spec, parsed, cache_prompt=cache_prompt, **sdk, **common)
+        from ._openai import ChatAdapter, ResponsesAdapter
+    except ImportError as exc:
+        raise ImportError(f"{extra} is not installed: pip install 'proctor[{extra}]'") from exc
+    cls = ResponsesAdapter if parsed.api == "responses" else ChatAdapter
+    return cls(spec, parsed, **sdk, **common)
+
+
+def _api_key(spec: ModelSpec, explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+    if key:
+        return key
+    known = PROVIDERS.get(spec.provider)
+    if spec.api_key_env is None or (known is not None and known.base_url != spec.base_url):
+        return KEYLESS  # a local or self-hosted server
+    raise ModelError(f"no API key for {spec.provider}: pass api_key= or set {spec.api_key_env}")

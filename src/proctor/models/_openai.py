@@ -1,0 +1,204 @@
+"""OpenAI adapters (Chat Completions and Responses) on the official `openai` SDK.
+
+Any OpenAI-compatible server (vLLM, SGLang, Ollama, OpenRouter, ...) goes through
+`ChatAdapter` with its base URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import openai
+
+from ._client import ProviderAdapter, Reply, call_sdk
+from ._names import ModelSpec
+from ._types import Message, ToolSpec
+from ._wire import text_of
+
+__all__ = ["ChatAdapter", "ResponsesAdapter"]
+
+_OPENAI = ("openai", "openai-responses")
+"""Providers that take `prompt_cache_key`; others get the key as `X-Session-Id`."""
+
+
+class _OpenAIAdapter(ProviderAdapter):
+    def __init__(
+        self,
+        model: str,
+        spec: ModelSpec,
+        *,
+        api_key: str,
+        timeout: float,
+        headers: dict[str, str],
+        **common: Any,
+    ) -> None:
+        super().__init__(model, spec, **common)
+        self._sdk = openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=spec.base_url,
+            timeout=timeout,
+            max_retries=0,
+            default_headers=headers,
+        )
+
+    def session_headers(self, session_key: str | None) -> dict[str, str]:
+        """Compatible servers get the session key as a header (routing affinity)."""
+        if session_key is None or self.spec.provider in _OPENAI:
+            return {}
+        return {"X-Session-Id": session_key}
+
+    def _session_params(self, session_key: str | None, params: dict[str, Any]) -> None:
+        if session_key is not None and self.spec.provider in _OPENAI:
+            params.setdefault("prompt_cache_key", session_key)
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connections."""
+        await self._sdk.close()
+
+
+class ChatAdapter(_OpenAIAdapter):
+    """OpenAI Chat Completions, and every server that speaks it."""
+
+    api = "chat"
+
+    def body(
+        self,
+        messages: list[Message],
+        tools: Sequence[ToolSpec],
+        session_key: str | None,
+        params: dict[str, Any],
+    ) -> dict[str, Any]:
+        """`POST /chat/completions` body."""
+        _no_stream(params)
+        self._session_params(session_key, params)
+        body: dict[str, Any] = {
+            "model": self.spec.model,
+            "messages": [_chat_message(m) for m in messages],
+        }
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in tools
+            ]
+        return {**body, **params}
+
+    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        """One `chat.completions.create` through the SDK."""
+        rest = {k: v for k, v in body.items() if k not in ("model", "messages")}
+        return await call_sdk(
+            openai,
+            self._sdk.chat.completions.with_raw_response.create,
+            model=body["model"],
+            messages=cast(Any, body["messages"]),
+            extra_body=rest,
+            extra_headers=headers,
+        )
+
+
+def _chat_message(message: Message) -> Message:
+    # Anthropic thinking blocks ride along in chat-shaped history; OpenAI refuses them.
+    return {k: v for k, v in message.items() if k != "thinking_blocks"}
+
+
+def _no_stream(params: dict[str, Any]) -> None:
+    if params.pop("stream", False):
+        raise ValueError("complete() returns whole responses; stream=True is not supported")
+
+
+class ResponsesAdapter(_OpenAIAdapter):
+    """The OpenAI Responses API, fed the chat-shaped history turned into input items."""
+
+    api = "responses"
+
+    def body(
+        self,
+        messages: list[Message],
+        tools: Sequence[ToolSpec],
+        session_key: str | None,
+        params: dict[str, Any],
+    ) -> dict[str, Any]:
+        """`POST /responses` body."""
+        _no_stream(params)
+        self._session_params(session_key, params)
+        if "max_tokens" in params:
+            params.setdefault("max_output_tokens", params.pop("max_tokens"))
+        body: dict[str, Any] = {"model": self.spec.model, "input": responses_input(messages)}
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                    "strict": False,
+                }
+                for t in tools
+            ]
+        return {**body, **params}
+
+    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        """One `responses.create` through the SDK."""
+        rest = {k: v for k, v in body.items() if k not in ("model", "input")}
+        return await call_sdk(
+            openai,
+            self._sdk.responses.with_raw_response.create,
+            model=body["model"],
+            input=cast(Any, body["input"]),
+            extra_body=rest,
+            extra_headers=headers,
+        )
+
+
+def responses_input(messages: list[Message]) -> list[dict[str, Any]]:
+    """Chat messages as Responses input items."""
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "tool":
+            output = text_of(m.get("content"))
+            items.append(
+                {"type": "function_call_output", "call_id": m.get("tool_call_id"), "output": output}
+            )
+            continue
+        content = m.get("content")
+        if role == "assistant":
+            if content:
+                items.append({"role": "assistant", "content": text_of(content)})
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id"),
+                        "name": fn.get("name"),
+                        "arguments": fn.get("arguments") or "{}",
+                    }
+                )
+            continue
+        items.append({"role": role, "content": _input_parts(content)})
+    return items
+
+
+def _input_parts(content: Any) -> Any:
+    if not isinstance(content, list):
+        return "" if content is None else content
+    parts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            parts.append({"type": "input_text", "text": part.get("text", "")})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            parts.append({"type": "input_image", "image_url": url})
+        else:
+            parts.append(part)
+    return parts
