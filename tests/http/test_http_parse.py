@@ -17,7 +17,8 @@ from proctor._http._parse import (
 
 tokens = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!~", min_size=1)
 values = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"))
-fields = st.lists(st.tuples(tokens, values), max_size=10)
+names = tokens.filter(lambda n: n.lower() not in ("content-length", "transfer-encoding"))
+fields = st.lists(st.tuples(names, values), max_size=10)
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:

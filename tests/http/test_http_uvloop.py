@@ -9,7 +9,7 @@ import orjson
 import pytest
 from http_helpers import TIMEOUT, Raw
 
-from proctor._http import HttpServer, Request, Response
+from proctor._http import HttpClient, HttpServer, Request, Response
 
 uvloop = pytest.importorskip("uvloop")
 
@@ -39,3 +39,18 @@ async def exchange() -> None:
 def test_server_on_uvloop() -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(asyncio.wait_for(exchange(), TIMEOUT))
+
+
+async def client_exchange() -> None:
+    async with HttpServer(handler) as server, HttpClient() as client:
+        for _ in range(2):
+            resp = await client.request("POST", server.url, body=b"hi")
+            await resp.read()
+            assert resp.json() == {"body": "hi"}
+        assert await (await client.request("GET", server.url + "/stream")).read() == b"ab"
+        assert len(client._open) == 1
+
+
+def test_client_on_uvloop() -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(asyncio.wait_for(client_exchange(), TIMEOUT))

@@ -4,14 +4,17 @@ Private to proctor: the interception proxy, the fake model server and the dashbo
 build on it. Built on asyncio protocols (uvloop works too) for speed.
 """
 
+from ._client import ClientResponse, HttpClient
 from ._headers import Headers
 from ._server import Abort, Handler, HttpServer, Request, Response
 from ._sse import SSEEvent, SSEParser, format_sse
 
 __all__ = [
     "Abort",
+    "ClientResponse",
     "Handler",
     "Headers",
+    "HttpClient",
     "HttpServer",
     "Request",
     "Response",

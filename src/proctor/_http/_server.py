@@ -15,7 +15,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -30,6 +30,9 @@ from ._parse import (
     encode_head,
     parse_request_head,
 )
+
+if TYPE_CHECKING:
+    from ssl import SSLContext
 
 __all__ = ["Abort", "Handler", "HttpServer", "Request", "Response"]
 
@@ -147,6 +150,7 @@ class HttpServer:
         port: the port to bind; 0 picks a free one (see `port` after `start`).
         max_body: the largest request body accepted, in bytes.
         max_head: the largest request head accepted, in bytes.
+        ssl: serve HTTPS with this context.
     """
 
     def __init__(
@@ -157,8 +161,10 @@ class HttpServer:
         port: int = 0,
         max_body: int = 64 * 1024 * 1024,
         max_head: int = 64 * 1024,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.handler = handler
+        self.ssl = ssl
         self.host = host
         self.max_body = max_body
         self.max_head = max_head
@@ -174,15 +180,15 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        """`http://host:port`, for clients."""
+        """`http://host:port` (or https), for clients."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self._port}"
+        return f"{'https' if self.ssl else 'http'}://{host}:{self._port}"
 
     async def start(self) -> None:
         """Bind and start accepting connections."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self._port, backlog=4096
+            lambda: _Connection(self), self.host, self._port, backlog=4096, ssl=self.ssl
         )
         self._port = self._server.sockets[0].getsockname()[1]
 
