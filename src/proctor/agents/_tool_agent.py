@@ -1,0 +1,223 @@
+"""`ToolAgent`: the standard tool-calling loop on any `ModelClient`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ._tools import Tool, ToolResult, function_tool, run_tools
+
+if TYPE_CHECKING:
+    from ..engine._run import Run
+    from ..models import ContextPolicy, ModelClient, ModelResponse, ToolCall, ToolSpec
+
+__all__ = ["ToolAgent"]
+
+# A tool that enforces its own deadline (the shell server kills the command) gets this
+# much longer, so its own, more informative, timeout result wins the race.
+_GRACE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    max_steps: int
+    system_prompt: str | None
+    tool_timeout: float
+
+
+class ToolAgent:
+    """Call the model, run the tools it asks for, feed back the results, until it answers.
+
+    Tools are the run's capabilities (`shell`, `mcp`), the tools its task declares,
+    and `tools` given here. Every model call lands on `run.trace` as a `model_turn`
+    step (the assistant message, with usage, cost, finish reason and retry attempts),
+    each call as a `tool_call` and each result as a `tool_result`. A turn without tool
+    calls is the answer: `trace.content`, plus an `assistant` step with
+    `stop_reason="answer"`. After `max_steps` turns the loop stops with
+    `stop_reason="max_steps"` and the last turn's text as the answer (still graded).
+
+    A tool that raises or overruns `tool_timeout` becomes an error result and the loop
+    goes on; a `ModelError` propagates (the run fails in the agent phase). A task row's
+    `agent_config` may override `max_steps`, `system_prompt` and `tool_timeout`.
+
+    Args:
+        model: a `ModelClient`, or a model string (`"openai/gpt-4.1-mini"`) for which a
+            client is made per run and closed after it.
+        max_steps: model calls per run at most.
+        system_prompt: a system message put before the prompt.
+        tool_timeout: seconds a tool call may take.
+        tools: extra `Tool`s or Python functions (see `function_tool`).
+        context: compact the history under this `ContextPolicy` (None: never).
+        params: provider parameters for every call (`temperature`, `max_tokens`, ...).
+    """
+
+    def __init__(
+        self,
+        model: ModelClient | str,
+        *,
+        max_steps: int = 30,
+        system_prompt: str | None = None,
+        tool_timeout: float = 120.0,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        context: ContextPolicy | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        self.model = model
+        self.settings = _Settings(max_steps, system_prompt, tool_timeout)
+        self.tools = [t if isinstance(t, Tool) else function_tool(t) for t in tools]
+        self.context = context
+        self.params = dict(params or {})
+
+    def __repr__(self) -> str:
+        name = self.model if isinstance(self.model, str) else self.model.model
+        return f"ToolAgent({name!r}, max_steps={self.settings.max_steps})"
+
+    async def __call__(self, run: Run) -> None:
+        settings = self._settings(run)
+        async with AsyncExitStack() as stack:
+            client = await self._client(stack)
+            tools = _by_name(
+                [*await run_tools(run, stack, shell_timeout=settings.tool_timeout), *self.tools]
+            )
+            specs = [t.spec for t in tools.values()]
+            messages = _opening(run.prompt, settings.system_prompt)
+            response: ModelResponse | None = None
+            for step in range(1, settings.max_steps + 1):
+                messages = self._compact(messages, response)
+                response = await self._turn(run, client, messages, specs, step)
+                messages.append(response.message)
+                if not response.tool_calls:
+                    return _finish(run, response, "answer", step)
+                for call in response.tool_calls:
+                    messages.append(await _call_tool(run, tools, call, settings.tool_timeout))
+            assert response is not None
+            _finish(run, response, "max_steps", settings.max_steps)
+
+    def _settings(self, run: Run) -> _Settings:
+        base = self.settings
+        overrides = run.task.agent_config or {}
+        return _Settings(
+            int(overrides.get("max_steps", base.max_steps)),
+            overrides.get("system_prompt", base.system_prompt),
+            float(overrides.get("tool_timeout", base.tool_timeout)),
+        )
+
+    async def _client(self, stack: AsyncExitStack) -> ModelClient:
+        if not isinstance(self.model, str):
+            return self.model
+        from ..models import model_client
+
+        client = model_client(self.model)
+        stack.push_async_callback(client.aclose)
+        return client
+
+    def _compact(
+        self, messages: list[dict[str, Any]], last: ModelResponse | None
+    ) -> list[dict[str, Any]]:
+        if self.context is None:
+            return messages
+        from ..models import compact
+
+        tokens = last.usage.input_tokens if last is not None and last.usage.input_tokens else None
+        return compact(messages, self.context, input_tokens=tokens)
+
+    async def _turn(
+        self,
+        run: Run,
+        client: ModelClient,
+        messages: list[dict[str, Any]],
+        specs: list[ToolSpec],
+        step: int,
+    ) -> ModelResponse:
+        t0 = time.time()
+        response = await client.complete(
+            messages, tools=specs, session_key=run.trace_id, **self.params
+        )
+        run.trace.add(
+            "model_turn",
+            response.message,
+            start=t0,
+            step=step,
+            model=response.model,
+            finish_reason=response.finish_reason,
+            usage=response.usage.to_dict(),
+            cost=response.cost,
+            latency=response.latency,
+            attempts=[a.to_dict() for a in response.attempts],
+            messages=len(messages),
+        )
+        return response
+
+
+def _opening(prompt: Any, system_prompt: str | None) -> list[dict[str, Any]]:
+    """The first messages: the system prompt, then the prompt (text or chat messages)."""
+    if isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt):
+        messages = [dict(m) for m in prompt]
+    elif isinstance(prompt, str):
+        messages = [{"role": "user", "content": prompt}]
+    else:
+        messages = [{"role": "user", "content": orjson.dumps(prompt).decode()}]
+    if system_prompt is not None and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
+def _by_name(tools: list[Tool]) -> dict[str, Tool]:
+    """Tools by name.
+
+    Raises:
+        ValueError: two tools share a name.
+    """
+    named: dict[str, Tool] = {}
+    for tool in tools:
+        if tool.name in named:
+            raise ValueError(f"two tools are named {tool.name!r}")
+        named[tool.name] = tool
+    return named
+
+
+async def _call_tool(
+    run: Run, tools: dict[str, Tool], call: ToolCall, limit: float
+) -> dict[str, Any]:
+    """Run one call, record it, and return the tool message for the history."""
+    t0 = time.time()
+    run.trace.add("tool_call", {"name": call.name, "arguments": call.arguments}, id=call.id)
+    result = await _outcome(tools.get(call.name), call, limit, tools)
+    run.trace.add(
+        "tool_result",
+        result.content,
+        start=t0,
+        id=call.id,
+        name=call.name,
+        is_error=result.is_error,
+    )
+    return {"role": "tool", "tool_call_id": call.id, "content": result.content}
+
+
+async def _outcome(
+    tool: Tool | None, call: ToolCall, limit: float, tools: dict[str, Tool]
+) -> ToolResult:
+    if tool is None:
+        known = ", ".join(tools) or "none"
+        return ToolResult(f"unknown tool {call.name!r} (available: {known})", is_error=True)
+    deadline = asyncio.timeout(limit + _GRACE)
+    try:
+        async with deadline:
+            return await tool(call.arguments)
+    except Exception as exc:
+        if isinstance(exc, TimeoutError) and deadline.expired():
+            return ToolResult(f"tool {call.name!r} timed out after {limit:g}s", is_error=True)
+        return ToolResult(f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", is_error=True)
+
+
+def _finish(run: Run, response: ModelResponse, reason: str, steps: int) -> None:
+    run.trace.content = response.content
+    run.trace.add("assistant", response.content, stop_reason=reason, steps=steps)

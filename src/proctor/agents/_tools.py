@@ -1,0 +1,250 @@
+"""Tools an agent can call: Python functions, a run's capabilities, a task's declarations.
+
+A `Tool` is a `ToolSpec` (what the model sees) plus the coroutine that runs it. A run's
+capabilities become tools by protocol: `shell` gives one tool running commands in the
+environment through the tunnel, `mcp` gives the MCP server's tools (via the `mcp` SDK
+client on the routed URL). A task may declare more in its first yield:
+
+    yield {"prompt": ..., "tools": [{"name": "run_tests", "description": "...",
+           "parameters": {...JSON schema...}, "command": "python -m pytest -q",
+           "capability": "shell"}]}
+
+Such a tool runs `command` in that shell capability (default `shell`) with the call's
+arguments as JSON on stdin.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import orjson
+
+from ..env._shell import ShellClient, ShellResult
+from ..models import ToolSpec
+
+if TYPE_CHECKING:
+    from ..engine._run import Run
+    from ..env._types import Capability
+
+__all__ = [
+    "Tool",
+    "ToolResult",
+    "command_tool",
+    "function_tool",
+    "mcp_tools",
+    "run_tools",
+    "shell_tool",
+]
+
+SHELL_OUTPUT = 16 * 1024
+"""Default cap, in bytes, on each output stream a shell tool shows the model."""
+
+_MCP_PAGES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call gave back: the text the model reads, and whether it failed."""
+
+    content: str
+    is_error: bool = False
+
+
+ToolFn = Callable[[dict[str, Any]], Awaitable[ToolResult | str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call: its `spec` and the coroutine `fn(arguments)`."""
+
+    spec: ToolSpec
+    fn: ToolFn
+
+    @property
+    def name(self) -> str:
+        """The name the model calls it by."""
+        return self.spec.name
+
+    async def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        """Run the tool; a plain string result is a success."""
+        out = await self.fn(arguments)
+        return out if isinstance(out, ToolResult) else ToolResult(out)
+
+
+def function_tool(
+    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> Tool:
+    """A tool from a Python function (sync or async), its schema from the signature.
+
+    Arguments are validated and coerced by the annotations (pydantic); the docstring
+    is the description. A result that is not a string is sent as JSON. Sync functions
+    run on the event loop, so keep them quick.
+    """
+    from pydantic import TypeAdapter, ValidationError
+    from pydantic_core import ArgsKwargs
+
+    adapter: TypeAdapter[Any] = TypeAdapter(cast(Any, fn))
+    schema = adapter.json_schema()
+    schema.pop("additionalProperties", None)
+    spec = ToolSpec(
+        name or fn.__name__, description or inspect.getdoc(fn) or "", {"properties": {}, **schema}
+    )
+
+    async def call(arguments: dict[str, Any]) -> ToolResult | str:
+        try:
+            out = adapter.validate_python(ArgsKwargs((), arguments))
+        except ValidationError as exc:
+            return ToolResult(f"invalid arguments: {exc}", is_error=True)
+        if inspect.isawaitable(out):
+            out = await out
+        return out if isinstance(out, ToolResult | str) else orjson.dumps(out).decode()
+
+    return Tool(spec, call)
+
+
+def shell_tool(client: ShellClient, *, name: str = "shell", description: str | None = None) -> Tool:
+    """A tool that runs one shell command per call through `client`."""
+    spec = ToolSpec(
+        name,
+        description
+        or "Run a bash command in the task's environment and get its exit code, stdout and "
+        "stderr. Each call starts a fresh shell in the working directory, so `cd` and "
+        "variables do not carry over between calls.",
+        {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The command to run."}},
+            "required": ["command"],
+        },
+    )
+
+    async def call(arguments: dict[str, Any]) -> ToolResult:
+        command = arguments.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return ToolResult("`command` must be a non-empty string", is_error=True)
+        return ToolResult(_format_shell(await client.run(command)))
+
+    return Tool(spec, call)
+
+
+def command_tool(declaration: dict[str, Any], client: ShellClient) -> Tool:
+    """A task-declared tool: run `declaration["command"]`, arguments as JSON on stdin.
+
+    Raises:
+        ValueError: the declaration has no string `name` or `command`.
+    """
+    name, command = declaration.get("name"), declaration.get("command")
+    if not isinstance(name, str) or not isinstance(command, str):
+        raise ValueError(f"a declared tool needs a string name and command: {declaration!r}")
+    parameters = declaration.get("parameters") or {"type": "object", "properties": {}}
+    spec = ToolSpec(name, str(declaration.get("description", "")), dict(parameters))
+
+    async def call(arguments: dict[str, Any]) -> ToolResult:
+        stdin = orjson.dumps(arguments).decode()
+        return ToolResult(_format_shell(await client.run(command, stdin=stdin)))
+
+    return Tool(spec, call)
+
+
+def _format_shell(result: ShellResult) -> str:
+    """A command's result as the model reads it."""
+    lines = [f"exit code: {result.exit_code}"]
+    if result.timed_out:
+        lines[0] += " (timed out; the command was killed)"
+    for label, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if text:
+            lines.append(f"--- {label} ---\n{text.rstrip(chr(10))}")
+    return "\n".join(lines)
+
+
+async def mcp_tools(url: str, stack: AsyncExitStack, *, prefix: str = "") -> list[Tool]:
+    """The tools of the MCP server at `url` (streamable HTTP); the session lives on `stack`.
+
+    Each tool is named `prefix + name`. A result flagged `is_error` becomes an error.
+
+    Raises:
+        ImportError: the `mcp` extra is not installed.
+    """
+    try:
+        from mcp import Client
+    except ImportError as exc:
+        raise ImportError("MCP tools need `pip install 'proctor[mcp]'`") from exc
+    client = await stack.enter_async_context(Client(url))
+    listed: list[Any] = []
+    cursor: str | None = None
+    for _ in range(_MCP_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        listed.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return [_mcp_tool(client, t, prefix) for t in listed]
+
+
+def _mcp_tool(client: Any, tool: Any, prefix: str) -> Tool:
+    spec = ToolSpec(prefix + tool.name, tool.description or "", dict(tool.input_schema))
+
+    async def call(arguments: dict[str, Any]) -> ToolResult:
+        result = await client.call_tool(tool.name, arguments)
+        parts = [_mcp_text(block) for block in result.content]
+        if not parts and result.structured_content is not None:
+            parts.append(orjson.dumps(result.structured_content).decode())
+        return ToolResult("\n".join(parts), is_error=bool(result.is_error))
+
+    return Tool(spec, call)
+
+
+def _mcp_text(block: Any) -> str:
+    text = getattr(block, "text", None)
+    if isinstance(text, str):
+        return text
+    kind = getattr(block, "type", "content")
+    mime = getattr(block, "mime_type", None)
+    return f"[{kind}{': ' + mime if mime else ''} omitted]"
+
+
+async def run_tools(
+    run: Run, stack: AsyncExitStack, *, shell_timeout: float | None = None
+) -> list[Tool]:
+    """Tools from `run`'s capabilities (`shell`, `mcp`) and its task's declarations.
+
+    Shell tools use the per-episode `cwd` the task published for their capability and
+    ask the server to kill a command after `shell_timeout` seconds. MCP tools keep their
+    names when there is one MCP capability, else get `<capability>__` in front.
+
+    Raises:
+        ValueError: a declared tool is malformed or names no shell capability.
+        ImportError: an MCP capability but no `mcp` extra.
+    """
+    manifest = run.client.manifest if run.client is not None else None
+    caps = [run.binding(b.name) for b in (manifest.bindings if manifest else ())]
+    shells = {c.name: _shell_client(c, shell_timeout) for c in caps if c.protocol == "shell"}
+    mcps = [c for c in caps if c.protocol == "mcp"]
+    tools = [shell_tool(client, name=name) for name, client in shells.items()]
+    for cap in mcps:
+        prefix = f"{cap.name}__" if len(mcps) > 1 else ""
+        tools += await mcp_tools(cap.url, stack, prefix=prefix)
+    for declaration in _declared(run.start_result.get("tools")):
+        where = str(declaration.get("capability", "shell"))
+        if where not in shells:
+            raise ValueError(f"declared tool {declaration.get('name')!r}: no shell {where!r}")
+        tools.append(command_tool(declaration, shells[where]))
+    return tools
+
+
+def _shell_client(cap: Capability, timeout: float | None) -> ShellClient:
+    cwd = cap.params.get("cwd")
+    return ShellClient(
+        cap.url, cwd=str(cwd) if cwd is not None else None, timeout=timeout, max_output=SHELL_OUTPUT
+    )
+
+
+def _declared(value: Any) -> Iterable[dict[str, Any]]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(d, dict) for d in value):
+        raise ValueError(f"a task's `tools` is a list of objects, not {value!r:.80}")
+    return value
