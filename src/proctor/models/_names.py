@@ -88,9 +88,9 @@ def parse_model(spec: str) -> ModelSpec:
             without a URL, or an unknown API.
     """
     match = _SPEC.fullmatch(spec.strip()) if isinstance(spec, str) else None
-    if match is None:
+    if match is None or "://" in match["model"]:
         raise ValueError(
-            f"not a model string: {spec!r}; expected provider/model[@http(s)://base-url] "
+            f"not a model string: {spec!r}; expected provider/model[@http(s)://base_url] "
             "such as 'openai/gpt-4.1-mini' or 'vllm/Qwen3-8B@http://127.0.0.1:8000/v1'"
         )
     provider, model, url, api = match.group("provider", "model", "url", "api")
