@@ -27,6 +27,7 @@ from ._parse import (
     encode_head,
     parse_response_head,
 )
+from ._reads import BufferedReads
 
 if TYPE_CHECKING:
     import ssl
@@ -284,7 +285,7 @@ def _encode_request(
     return encode_head(f"{method} {target} HTTP/1.1", fields, extra) + body
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(BufferedReads):
     """One pooled connection; carries one exchange at a time."""
 
     def __init__(self, client: HttpClient, origin: Origin, loop: asyncio.AbstractEventLoop):

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD = re.compile(r"^([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\r\n]*?)[ \t]*\r\n", re.M)
 _TARGET = re.compile(r"[\x21-\x7e\x80-\xff]+")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _DIGITS = re.compile(r"[0-9]{1,18}")
@@ -89,26 +90,25 @@ class ResponseHead:
         return CloseReader() if length is None else LengthReader(length)
 
 
-def _lines(head: bytes) -> list[str]:
+def _split(head: bytes) -> tuple[str, Headers]:
+    """The start line and the header fields of a head."""
     text = head.decode("latin-1")
     # A CR or LF that is not part of a CRLF, or a NUL, is a smuggling vector: refuse it.
     crlf = text.count("\r\n")
     if text.count("\r") != crlf or text.count("\n") != crlf or "\x00" in text:
         raise ParseError("bare CR, LF or NUL in the head")
-    return text.split("\r\n")
+    start, _, block = text.partition("\r\n")
+    return start, _fields(block, crlf)
 
 
-def _fields(lines: list[str]) -> Headers:
-    items: list[tuple[str, str]] = []
-    keys: list[str] = []
-    token = _TOKEN.fullmatch
-    for line in lines:
-        name, sep, value = line.partition(":")
-        if not sep or token(name) is None:
-            raise ParseError(f"malformed header line {line[:64]!r}")
-        items.append((name, value.strip(" \t")))
-        keys.append(name.lower())
-    return Headers._trusted(items, keys)
+def _fields(block: str, count: int) -> Headers:
+    """`count` CRLF-separated field lines, each checked by one anchored regex."""
+    if not count:
+        return Headers._trusted([], [])
+    items: list[tuple[str, str]] = _FIELD.findall(block + "\r\n")
+    if len(items) != count:
+        raise ParseError("malformed header field")
+    return Headers._trusted(items, [name.lower() for name, _ in items])
 
 
 def parse_request_head(head: bytes) -> RequestHead:
@@ -117,18 +117,18 @@ def parse_request_head(head: bytes) -> RequestHead:
     Raises:
         ParseError: anything malformed (status 400), or an unknown HTTP version (505).
     """
-    lines = _lines(head)
-    parts = lines[0].split(" ")
+    line, headers = _split(head)
+    parts = line.split(" ")
     if len(parts) != 3:
-        raise ParseError(f"malformed request line {lines[0][:64]!r}")
+        raise ParseError(f"malformed request line {line[:64]!r}")
     method, target, version = parts
     if _TOKEN.fullmatch(method) is None or _TARGET.fullmatch(target) is None:
-        raise ParseError(f"malformed request line {lines[0][:64]!r}")
+        raise ParseError(f"malformed request line {line[:64]!r}")
     if version not in _VERSIONS:
         if version.startswith("HTTP/"):
             raise ParseError(f"unsupported version {version[:16]!r}", 505)
-        raise ParseError(f"malformed request line {lines[0][:64]!r}")
-    return RequestHead(method, target, version, _fields(lines[1:]))
+        raise ParseError(f"malformed request line {line[:64]!r}")
+    return RequestHead(method, target, version, headers)
 
 
 def parse_response_head(head: bytes) -> ResponseHead:
@@ -137,17 +137,17 @@ def parse_response_head(head: bytes) -> ResponseHead:
     Raises:
         ParseError: the status line or a header field is malformed.
     """
-    lines = _lines(head)
-    line = lines[0]
+    line, headers = _split(head)
     if _STATUS.fullmatch(line) is None:
         raise ParseError(f"malformed status line {line[:64]!r}")
-    return ResponseHead(line[:8], int(line[9:12]), line[13:], _fields(lines[1:]))
+    return ResponseHead(line[:8], int(line[9:12]), line[13:], headers)
 
 
 def _framing(headers: Headers) -> tuple[bool, int | None]:
     """(chunked, content length) from the framing headers, refusing ambiguity."""
-    te = headers.get_all("transfer-encoding")
-    cl = headers.get_all("content-length")
+    keys = headers._keys
+    te = headers.get_all("transfer-encoding") if "transfer-encoding" in keys else None
+    cl = headers.get_all("content-length") if "content-length" in keys else None
     if te:
         codings = [c.strip().lower() for v in te for c in v.split(",")]
         if codings[-1] != "chunked" or "chunked" in codings[:-1] or cl:
@@ -165,6 +165,8 @@ def _framing(headers: Headers) -> tuple[bool, int | None]:
 
 
 def _keep_alive(version: str, headers: Headers) -> bool:
+    if "connection" not in headers._keys:
+        return version == "HTTP/1.1"
     tokens = ",".join(headers.get_all("connection")).lower()
     if version == "HTTP/1.1":
         return "close" not in tokens
@@ -279,7 +281,10 @@ class ChunkedDecoder:
         self._trailer_bytes += len(line) + 2
         if self._trailer_bytes > _MAX_TRAILERS:
             raise ParseError("trailers too large")
-        for name, value in _fields(_lines(line)):
+        text = line.decode("latin-1")
+        if "\x00" in text:
+            raise ParseError("NUL in a trailer field")
+        for name, value in _fields(text, 1):
             self.trailers.add(name, value)
 
 

@@ -30,6 +30,7 @@ from ._parse import (
     encode_head,
     parse_request_head,
 )
+from ._reads import BufferedReads
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -227,7 +228,7 @@ class HttpServer:
         await self.aclose()
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(BufferedReads):
     """One client connection: parse, dispatch, write responses in order."""
 
     def __init__(self, server: HttpServer) -> None:
