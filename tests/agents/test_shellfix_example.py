@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "shellfix"
 
 
-@pytest.mark.parametrize("runtime", ["local", "subprocess"])
+@pytest.mark.parametrize("runtime", ["local", "subprocess", "warm"])
 def test_the_offline_agent_fixes_every_bug(runtime: str, tmp_path: Path) -> None:
     out = tmp_path / "runs.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "SHELLFIX_MODEL"}

@@ -90,9 +90,7 @@ def function_tool(
     adapter: TypeAdapter[Any] = TypeAdapter(cast(Any, fn))
     schema = adapter.json_schema()
     schema.pop("additionalProperties", None)
-    spec = ToolSpec(
-        name or fn.__name__, description or inspect.getdoc(fn) or "", {"properties": {}, **schema}
-    )
+    spec = ToolSpec(name or fn.__name__, description or inspect.getdoc(fn) or "", schema)
 
     async def call(arguments: dict[str, Any]) -> ToolResult | str:
         try:

@@ -26,7 +26,8 @@ answered as they finish, so match replies by `id`, not by order.
   ...]` line and `truncated` is true. Bytes are decoded as UTF-8, invalid ones replaced.
 - The reply is sent once the shell has exited and its output pipes have closed.
   Background processes that keep the pipes open get a short grace (`linger`), then
-  the reply goes without their output; they keep running until the server stops.
+  the reply goes without their later output (the pipes close, so a later write may
+  end them); they keep running until the server stops.
 - EOF or a dropped connection ends the connection: its running commands' process
   groups are killed and their replies are never sent. Keep the connection open until
   every reply has arrived.
@@ -249,8 +250,9 @@ class ShellServer:
         stdout, cut_out = proc.stdout.text()
         stderr, cut_err = proc.stderr.text()
         code = transport.get_returncode()
+        assert code is not None  # `finish` returned, so the shell has exited
         return ShellResult(
-            -signal.SIGKILL if code is None else code,
+            code,
             stdout,
             stderr,
             timed_out,
@@ -372,8 +374,8 @@ def _alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # the group exists, we just may not signal all of it
+        pass
     return True
 
 
