@@ -418,15 +418,34 @@ async def test_policy_callable_sees_the_request() -> None:
     assert seen == fake.requests
 
 
-@pytest.mark.parametrize(("policy", "expected"), [("always", "always"), (None, "echo: hello")])
-async def test_constant_policy_and_default_echo(policy: str | None, expected: str) -> None:
+async def test_constant_policy() -> None:
     async with (
-        FakeModelServer(policy) as fake,
+        FakeModelServer("always") as fake,
         openai.AsyncOpenAI(base_url=fake.url, api_key="x", max_retries=0) as client,
     ):
         for _ in range(2):
             out = await client.chat.completions.create(model="m", messages=USER)
-            assert out.choices[0].message.content == expected
+            assert out.choices[0].message.content == "always"
+
+
+async def test_default_policy_echoes_the_last_message_in_every_api() -> None:
+    tool_result = {"type": "tool_result", "tool_use_id": "t", "content": "files"}
+    async with (
+        FakeModelServer(record=False) as fake,
+        openai.AsyncOpenAI(base_url=fake.url, api_key="x", max_retries=0) as oai,
+        anthropic.AsyncAnthropic(base_url=fake.origin, api_key="x", max_retries=0) as ant,
+    ):
+        chat = await oai.chat.completions.create(model="m", messages=USER)
+        responses = await oai.responses.create(
+            model="m", input=[{"type": "function_call_output", "call_id": "c", "output": "out"}]
+        )
+        messages = await ant.messages.create(
+            model="c", max_tokens=9, messages=[{"role": "user", "content": [tool_result]}]
+        )
+    assert chat.choices[0].message.content == "echo: hello"
+    assert responses.output_text == "echo: out"
+    assert messages.content[0].text == "echo: files"
+    assert fake.requests == []
 
 
 async def test_script_running_out_is_a_400_and_recorded() -> None:

@@ -43,9 +43,9 @@ _BROKEN_ARGUMENTS = '{"path": "/tmp'
 
 def echo(request: FakeRequest) -> Reply:
     """The default policy: answer "echo: " and the start of the last message's text."""
-    messages = request.messages
-    last = messages[-1].get("content") if messages else None
-    return Reply(text=f"echo: {last[:200] if isinstance(last, str) else ''}")
+    last = request.last_message
+    text = last.get("content") if last else None
+    return Reply(text=f"echo: {text[:200] if isinstance(text, str) else ''}")
 
 
 class FakeModelServer:
@@ -53,10 +53,10 @@ class FakeModelServer:
     Anthropic Messages (`POST /v1/chat/completions`, `/v1/responses`, `/v1/messages`;
     `GET /v1/models`), streaming or not, from a script or a policy function.
 
-    Every request lands on `requests`. Faults queued with `inject` are played, one per
-    model request, before the policy is asked (so a failed attempt does not use up a
-    scripted reply). A policy that raises, or a script that runs out, answers 400 (not
-    retried by clients) and lands on `errors`.
+    Every request lands on `requests` (unless `record` is off). Faults queued with
+    `inject` are played, one per model request, before the policy is asked (so a failed
+    attempt does not use up a scripted reply). A policy that raises, or a script that
+    runs out, answers 400 (not retried by clients) and lands on `errors`.
 
     Usage:
         async with FakeModelServer([Reply.tool("shell", command="ls"), "done"]) as fake:
@@ -70,6 +70,8 @@ class FakeModelServer:
         host: the address to bind.
         port: the port to bind; 0 picks a free one.
         models: the model ids `GET /v1/models` lists.
+        record: keep each request on `requests`. Turn it off for long benchmark runs,
+            where the log (each entry holds its parsed body) would grow without bound.
     """
 
     def __init__(
@@ -79,10 +81,12 @@ class FakeModelServer:
         host: str = "127.0.0.1",
         port: int = 0,
         models: Iterable[str] = ("fake-model",),
+        record: bool = True,
     ) -> None:
         self.requests: list[FakeRequest] = []
         self.errors: list[Exception] = []
         self.models = tuple(models)
+        self.record = record
         self._policy = _as_policy(policy)
         self._faults: deque[Fault] = deque()
         self._http = HttpServer(self._handle, host=host, port=port)
@@ -152,7 +156,7 @@ class FakeModelServer:
         )
         problem = _invalid(api, body)
         if problem is not None:
-            self.requests.append(fake)
+            self._record(fake)
             return error_response(anthropic, 400, serial, problem)
         fault = self._faults.popleft() if self._faults else None
         if fault is not None:
@@ -166,7 +170,7 @@ class FakeModelServer:
                 fake.time,
                 fault,
             )
-        self.requests.append(fake)
+        self._record(fake)
         if fault is not None and fault.kind != "slow":
             return await self._fault(fake, fault, serial, anthropic)
         if fault is not None:
@@ -179,6 +183,10 @@ class FakeModelServer:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         return _render(fake, make_turn(fake, reply, serial), _id_header(anthropic, serial))
+
+    def _record(self, request: FakeRequest) -> None:
+        if self.record:
+            self.requests.append(request)
 
     async def _fault(
         self, request: FakeRequest, fault: Fault, serial: str, anthropic: bool

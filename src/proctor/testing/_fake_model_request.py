@@ -69,6 +69,21 @@ class FakeRequest:
             return _from_anthropic(self._get("system"), self._get("messages") or ())
         return []
 
+    @property
+    def last_message(self) -> dict[str, Any] | None:
+        """`messages[-1]`, without normalizing the whole conversation."""
+        if self.api == "chat":
+            tail = self._get("messages") or ()
+            return {**tail[-1], "content": _text(tail[-1].get("content"))} if tail else None
+        if self.api == "responses":
+            items = self._get("input")
+            last = _from_responses(None, items if isinstance(items, str) else (items or ())[-1:])
+        elif self.api == "messages":
+            last = _from_anthropic(None, (self._get("messages") or ())[-1:])
+        else:
+            return None
+        return last[-1] if last else None
+
     def _get(self, key: str) -> Any:
         return self.json.get(key) if isinstance(self.json, dict) else None
 

@@ -1,9 +1,10 @@
 """Serve the fake model: `python -m proctor.testing.fake_model [--host H] [--port P]`.
 
-Answers with the default policy (an echo of the last message, with realistic usage),
-prints one JSON line `{"url": ..., "origin": ...}` on stdout once bound (`url` is the
-OpenAI base URL, `origin` the Anthropic one), and serves until SIGTERM or SIGINT. Runs
-on uvloop when it is installed, for benchmarks.
+Answers with the default policy (an echo of the last message, with realistic usage)
+and keeps no request log, so it can serve a benchmark for as long as it runs. Prints
+one JSON line `{"url": ..., "origin": ...}` on stdout once bound (`url` is the OpenAI
+base URL, `origin` the Anthropic one) and serves until SIGTERM or SIGINT, on uvloop
+when it is installed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ async def _serve(host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with FakeModelServer(host=host, port=port) as fake:
+    async with FakeModelServer(host=host, port=port, record=False) as fake:
         sys.stdout.write(json.dumps({"url": fake.url, "origin": fake.origin}) + "\n")
         sys.stdout.flush()
         await stop.wait()
