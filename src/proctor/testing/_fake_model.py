@@ -141,38 +141,36 @@ class FakeModelServer:
         anthropic = api == "messages" or "anthropic-version" in request.headers
         if api is None:
             return error_response(anthropic, 404, serial, f"Unknown path {request.path}.")
+        method = "GET" if api == "models" else "POST"
+        if request.method != method:
+            return error_response(anthropic, 405, serial, f"Use {method}.")
         if api == "models":
-            if request.method != "GET":
-                return error_response(anthropic, 405, serial, "Use GET.")
             return self._models(anthropic)
-        if request.method != "POST":
-            return error_response(anthropic, 405, serial, "Use POST.")
+        return await self._answer(request, api, serial, anthropic)
+
+    async def _answer(self, request: Request, api: Api, serial: str, anthropic: bool) -> Response:
+        """A model call: the next fault if one is queued, else the policy's reply."""
         try:
             body = orjson.loads(request.body)
         except orjson.JSONDecodeError:
             body = None
-        fake = FakeRequest(
-            api, request.method, request.path, request.headers, request.body, body, time.time()
-        )
         problem = _invalid(api, body)
-        if problem is not None:
-            self._record(fake)
-            return error_response(anthropic, 400, serial, problem)
-        fault = self._faults.popleft() if self._faults else None
-        if fault is not None:
-            fake = FakeRequest(
-                fake.api,
-                fake.method,
-                fake.path,
-                fake.headers,
-                fake.body,
-                fake.json,
-                fake.time,
-                fault,
-            )
+        fault = self._faults.popleft() if self._faults and problem is None else None
+        fake = FakeRequest(
+            api,
+            request.method,
+            request.path,
+            request.headers,
+            request.body,
+            body,
+            time.time(),
+            fault,
+        )
         self._record(fake)
+        if problem is not None:
+            return error_response(anthropic, 400, serial, problem)
         if fault is not None and fault.kind != "slow":
-            return await self._fault(fake, fault, serial, anthropic)
+            return self._fault(fake, fault, serial, anthropic)
         if fault is not None:
             await asyncio.sleep(fault.seconds)
         try:
@@ -188,9 +186,7 @@ class FakeModelServer:
         if self.record:
             self.requests.append(request)
 
-    async def _fault(
-        self, request: FakeRequest, fault: Fault, serial: str, anthropic: bool
-    ) -> Response:
+    def _fault(self, request: FakeRequest, fault: Fault, serial: str, anthropic: bool) -> Response:
         if fault.kind == "status":
             headers = fault.headers
             if fault.retry_after is not None:

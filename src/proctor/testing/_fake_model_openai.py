@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import orjson
 
@@ -12,6 +13,7 @@ from ._fake_model_turn import Call, Turn, groups
 __all__ = ["chat_body", "chat_events", "responses_body", "responses_events"]
 
 FINGERPRINT = "fp_fake"
+Emit: TypeAlias = Callable[..., None]
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -176,7 +178,7 @@ def responses_events(turn: Turn, request: dict[str, Any]) -> list[bytes]:
     return frames
 
 
-def _stream_message(turn: Turn, emit: Any, index: int, item: dict[str, Any]) -> None:
+def _stream_message(turn: Turn, emit: Emit, index: int, item: dict[str, Any]) -> None:
     ids = {"item_id": item["id"], "output_index": index}
     emit(
         "response.output_item.added",
@@ -205,7 +207,7 @@ def _stream_message(turn: Turn, emit: Any, index: int, item: dict[str, Any]) -> 
     emit("response.output_item.done", output_index=index, item=item)
 
 
-def _stream_call(turn: Turn, emit: Any, index: int, item: dict[str, Any]) -> None:
+def _stream_call(turn: Turn, emit: Emit, index: int, item: dict[str, Any]) -> None:
     ids = {"item_id": item["id"], "output_index": index}
     emit(
         "response.output_item.added",
