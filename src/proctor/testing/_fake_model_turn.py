@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ._fake_model_reply import Reply
+from ._fake_model_reply import FakeToolCall, Reply
 from ._fake_model_request import FakeRequest
 
 __all__ = ["Call", "Turn", "groups", "make_turn", "token_id"]
@@ -77,7 +77,7 @@ class Turn:
     include_usage: bool = False
     top_logprobs: int | None = None
     as_token_ids: bool = False
-    prompt_ids: list[int] | None = None
+    prompt_ids: list[int] | None = None  # set when the request asks for token ids
 
     def logprobs(self, tokens: list[str], *, with_bytes: bool = True) -> list[dict[str, Any]]:
         """Logprob entries for `tokens` (vLLM's `token_id:N` form when asked)."""
@@ -114,10 +114,7 @@ def make_turn(request: FakeRequest, reply: Reply, serial: str) -> Turn:
     """Settle ids, tokens, usage and the request's output options for `reply`."""
     body = request.json
     tokens = pieces(reply.text) if reply.text else []
-    calls = [
-        _call(tc.name, tc.arguments, tc.id, serial, i, request.api)
-        for i, tc in enumerate(reply.tool_calls)
-    ]
+    calls = [_call(tc, serial, i, request.api) for i, tc in enumerate(reply.tool_calls)]
     input_tokens = reply.input_tokens
     if input_tokens is None:
         input_tokens = max(1, (len(request.body) + 3) // 4)
@@ -145,15 +142,16 @@ def make_turn(request: FakeRequest, reply: Reply, serial: str) -> Turn:
     return turn
 
 
-def _call(name: str, arguments: Any, call_id: str | None, serial: str, i: int, api: str) -> Call:
+def _call(call: FakeToolCall, serial: str, i: int, api: str) -> Call:
+    arguments = call.arguments
     text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
     prefix = "toolu_" if api == "messages" else "call_"
     return Call(
-        name=name,
+        name=call.name,
         arguments=text,
-        call_id=call_id or f"{prefix}{serial}_{i}",
+        call_id=call.id or f"{prefix}{serial}_{i}",
         item_id=f"fc_{serial}_{i}",
-        name_tokens=pieces(name),
+        name_tokens=pieces(call.name),
         arg_tokens=pieces(text),
     )
 
