@@ -379,3 +379,13 @@ async def test_cancelled_request_closes_its_connection(serve: Serve, client: Htt
             await client.request("GET", server.url + "/slow")
     second = await (await client.request("GET", server.url)).read()
     assert first != second  # the cancelled exchange's connection was not reused
+
+
+async def test_pooled_connection_closed_by_server_aclose(serve: Serve, client: HttpClient) -> None:
+    server = await serve(echo)
+    await (await client.request("GET", server.url)).read()
+    await server.aclose()
+    await asyncio.sleep(0.01)  # the client sees the close of its idle connection
+    assert not client._open
+    with pytest.raises(HttpConnectError):
+        await client.request("GET", server.url)

@@ -490,3 +490,22 @@ async def test_url_and_context_manager() -> None:
     async with HttpServer(echo) as server:
         assert server.port > 0
         assert server.url == f"http://127.0.0.1:{server.port}"
+
+
+async def test_aclose_flushes_a_large_last_response(serve: Serve, dial: Dial) -> None:
+    started = asyncio.Event()
+    big = b"b" * (8 * 1024 * 1024)
+
+    async def slow(request: Request) -> Response:
+        started.set()
+        await asyncio.sleep(0.05)
+        return Response(body=big)
+
+    server = await serve(slow)
+    raw = await dial(server)
+    await raw.send(b"GET / HTTP/1.1\r\n\r\n")
+    await started.wait()
+    closing = asyncio.create_task(server.aclose())
+    await asyncio.sleep(0.2)  # the response sits in the server's buffer, the client not reading
+    assert (await raw.response())[2] == big
+    await closing

@@ -172,6 +172,7 @@ class HttpServer:
         self._port = port
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._all_gone: asyncio.Future[None] | None = None
         self.closing = False
 
     @property
@@ -211,9 +212,17 @@ class HttpServer:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
+        if self._connections:  # closing ones flush their last response first, briefly
+            self._all_gone = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._all_gone], timeout=1.0)
         for conn in list(self._connections):
             conn.abort()
         await server.wait_closed()
+
+    def _forget(self, conn: _Connection) -> None:
+        self._connections.discard(conn)
+        if not self._connections and self._all_gone is not None and not self._all_gone.done():
+            self._all_gone.set_result(None)
 
     async def __aenter__(self) -> HttpServer:
         await self.start()
@@ -263,7 +272,7 @@ class _Connection(BufferedReads):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
-        self._server._connections.discard(self)
+        self._server._forget(self)
         if self._task is not None:
             self._task.cancel()
         if self._linger is not None:
@@ -378,7 +387,6 @@ class _Connection(BufferedReads):
     # -- responding ------------------------------------------------------------
 
     async def _respond(self, request: Request, head: RequestHead) -> None:
-        keep_alive = False
         try:
             keep_alive = await self._answer(request, head)
             if self._write_paused:
