@@ -93,7 +93,7 @@ def test_the_token_threshold_uses_known_usage_or_an_estimate() -> None:
 
 
 def test_recompaction_accumulates_the_dropped_count_and_outcomes() -> None:
-    policy = ContextPolicy(max_bytes=2500, keep_last=4)
+    policy = ContextPolicy(max_bytes=2500, keep_last=4, outcome_chars=60)
     first = compact(history(12), policy)
     dropped_first = int(first[2]["content"].split()[1])
     grown = first + [m for n in range(12, 20) for m in exchange(n)]
@@ -118,6 +118,7 @@ def test_the_newest_step_stays_even_when_it_alone_is_too_big() -> None:
     messages = history(3) + exchange(3, size=50_000)
     out = compact(messages, ContextPolicy(max_bytes=5_000))
     assert out[-2:] == messages[-2:] and out[:2] == [SYSTEM, TASK]
+    assert "3 earlier steps" in out[2]["content"] and "\n- " not in out[2]["content"]
 
 
 def test_parallel_calls_and_text_turns_are_units() -> None:
@@ -130,7 +131,7 @@ def test_parallel_calls_and_text_turns_are_units() -> None:
         *exchange(1, calls=2),
         *exchange(2),
     ]
-    out = compact(messages, ContextPolicy(keep_last=10), force=True)
+    out = compact(messages, ContextPolicy(keep_last=10, outcome_chars=40), force=True)
     assert_pairs_whole(out)
     text = out[2]["content"]
     assert "- assistant: Now I will check." in text and "- user: Go on." in text

@@ -106,9 +106,10 @@ def compact(
     """`messages` with the oldest steps folded into a checkpoint, when over the limit.
 
     Drops the fewest oldest units that bring the history under `target` times the
-    limit (or times its current size, whichever is smaller); the newest unit is
-    always kept. Returns a copy of `messages` unchanged when under the limit and
-    not `force`d, or when there is nothing to drop.
+    limit (or times its current size, whichever is smaller). The newest unit is
+    always kept; when it alone is too big, the checkpoint keeps fewer outcomes.
+    Returns a copy of `messages` unchanged when under the limit and not `force`d,
+    or when there is nothing to drop.
 
     Args:
         messages: the history in chat shape; it is not modified.
@@ -123,20 +124,21 @@ def compact(
         return list(messages)
     budget = policy.target * min(history_bytes(messages), policy.limit_bytes())
     dropped_before, outcomes = _read_checkpoint(prior)
-    head_bytes = sum(_bytes(m) for m in head)
-    tail_bytes = [_bytes(m) for unit in units for m in unit]
-    best = list(messages)
+    fixed = sum(_bytes(m) for m in head) + 1 + len(head) + 1  # brackets and commas
+    rest = [sum(_bytes(m) + 1 for m in unit) for unit in units]  # each message and its comma
+
+    def size(k: int, kept: list[str]) -> int:
+        return fixed + _bytes(_checkpoint(dropped_before + k, kept)) + sum(rest[k:])
+
     for k in range(1, len(units)):
         outcomes += _outcomes(units[k - 1], policy.outcome_chars)
         kept = outcomes[-policy.keep_last :] if policy.keep_last else []
-        checkpoint = _checkpoint(dropped_before + k, kept)
-        tail = [m for unit in units[k:] for m in unit]
-        best = [*head, checkpoint, *tail]
-        # JSON array size: brackets, one comma between items, and the items.
-        size = 1 + len(best) + head_bytes + _bytes(checkpoint) + sum(tail_bytes[-len(tail) :])
-        if size <= budget:
+        if size(k, kept) <= budget:
             break
-    return best
+    while kept and size(k, kept) > budget:  # only the newest step is left: fewer outcomes
+        kept = kept[1:]
+    tail = [m for unit in units[k:] for m in unit]
+    return [*head, _checkpoint(dropped_before + k, kept), *tail]
 
 
 def _split(messages: list[Message]) -> tuple[list[Message], Message | None, list[list[Message]]]:
