@@ -82,3 +82,12 @@ def test_prices_without_cache_entries_fall_back_to_input() -> None:
     price = Price(input=2.0, output=8.0)
     assert price.cost(Usage(M, M // 2, M // 4, 0)) == pytest.approx(2.0)
     assert price_of("o3-pro") == Price(input=20.0, output=80.0)
+
+
+def test_gpt_5_4_long_context_tier_and_flat_claude_4_6() -> None:
+    above = Usage(input_tokens=300_000, output_tokens=10_000)
+    assert cost("openai/gpt-5.4", above) == pytest.approx(
+        (300_000 * 2.5 * 2 + 10_000 * 15 * 1.5) / M
+    )
+    flat = (300_000 * 3 + 10_000 * 15) / M
+    assert cost("anthropic/claude-sonnet-4-6", above) == pytest.approx(flat)
