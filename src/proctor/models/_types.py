@@ -157,6 +157,7 @@ class ModelClient(Protocol):
             messages: the history in chat shape.
             tools: functions the model may call.
             require_tool_call: a response without a tool call is malformed (retried).
+                This only validates; pass `tool_choice` to make the model call one.
             session_key: a rollout-stable key for prompt caching and routing affinity.
             **params: provider parameters passed through (`temperature`, `max_tokens`, ...).
 

@@ -118,7 +118,10 @@ def text_of(content: Any) -> str:
 
 
 def brief(value: Any, limit: int = 200) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    try:
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    except TypeError:  # not JSON-able as orjson sees it (e.g. an int beyond 64 bits)
+        text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
 
