@@ -19,6 +19,7 @@ from ._timeouts import Timeouts
 
 if TYPE_CHECKING:
     from ..agents._agent import Agent
+    from ..proxy import InterceptionProxy, Limits
     from ..runtimes._base import ProviderLike
     from ..tasks._task import Task
 
@@ -36,6 +37,8 @@ async def rollout(
     group_id: str | None = None,
     timeout: Timeouts | float | None = None,  # noqa: ASYNC109 - a Timeouts value
     trace_id: str | None = None,
+    proxy: InterceptionProxy | None = None,
+    limits: Limits | None = None,
 ) -> Run:
     """Run one task end to end and return its `Run`, graded or failed.
 
@@ -52,6 +55,9 @@ async def rollout(
         group_id: shared by the repeats of one row (default: a fresh id).
         timeout: a `Timeouts`, or a number capping the rollout (see `Timeouts`).
         trace_id: the trace's id (default: a fresh id).
+        proxy: an interception proxy; the run gets a session on it for the agent phase
+            (`run.model_env` points a harness at it) and its turns land on the trace.
+        limits: that session's budgets (default: the proxy's).
 
     Returns:
         The run: `completed` with a grade, or `failed` with the phase that failed.
@@ -59,19 +65,19 @@ async def rollout(
     Raises:
         asyncio.CancelledError: the rollout was cancelled (after its teardown).
     """
-    limits = Timeouts.of(timeout)
+    deadlines = Timeouts.of(timeout)
     provider = runtime if runtime is not None else default_runtime()
     run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
     stack = AsyncExitStack()
     try:
         try:
-            async with _scope(limits.rollout, run):
-                await _drive(run, agent, provider, limits, stack)
+            async with _scope(deadlines.rollout, run):
+                await _drive(run, agent, provider, deadlines, stack, proxy, limits)
         except BaseException:
-            await _abandon(run, stack, limits.teardown)
+            await _abandon(run, stack, deadlines.teardown)
             raise
         run.phase = "teardown"
-        async with _scope(limits.teardown, run):
+        async with _scope(deadlines.teardown, run):
             await stack.aclose()
     except asyncio.CancelledError as exc:
         run.fail(run.phase, exc)
@@ -88,7 +94,13 @@ async def rollout(
 
 
 async def _drive(
-    run: Run, agent: Agent, provider: ProviderLike, limits: Timeouts, stack: AsyncExitStack
+    run: Run,
+    agent: Agent,
+    provider: ProviderLike,
+    limits: Timeouts,
+    stack: AsyncExitStack,
+    proxy: InterceptionProxy | None,
+    budgets: Limits | None,
 ) -> None:
     endpoint = await stack.enter_async_context(provider(run.task))
     run.phase = "connecting"
@@ -102,8 +114,18 @@ async def _drive(
     async with _scope(limits.start, run):
         await run.start()
     run.phase = "agent"
-    async with _scope(limits.agent, run):
-        await agent(run)
+    if proxy is not None:
+        run.proxy_session = session = proxy.open_session(
+            run.trace_id, limits=budgets, trace=run.trace
+        )
+        stack.callback(session.close)
+    try:
+        async with _scope(limits.agent, run):
+            await agent(run)
+    finally:
+        if run.proxy_session is not None:  # a late request from the harness gets 409
+            run.proxy_session.close()
+            run.stop_reason = run.stop_reason or run.proxy_session.stop_reason
     run.phase = "grading"
     async with _scope(limits.grade, run):
         await run.submit()
@@ -159,12 +181,15 @@ async def run_taskset(
     rollout_timeout: Timeouts | float | None = None,
     on_run: Callable[[Run], Any] | None = None,
     name: str = "",
+    proxy: InterceptionProxy | None = None,
+    limits: Limits | None = None,
 ) -> Job:
     """Run every task `group` times and return the `Job`; never raises for a rollout.
 
     Rows expand into `(task, group_id)` pairs (repeats of a row share a group id);
     placement is resolved once; at most `max_concurrent` rollouts run at a time. Runs
-    land in `job.runs` in expansion order; `on_run` hears each as it finishes.
+    land in `job.runs` in expansion order; `on_run` hears each as it finishes. With a
+    `proxy`, each rollout gets its own session on it (budgets `limits`).
     """
     group = 1 if group is None else group
     if group < 1:
@@ -180,7 +205,14 @@ async def run_taskset(
     async def worker() -> None:
         for i, (task, gid) in cursor:
             run = await rollout(
-                task, agent, runtime=provider, job_id=job.id, group_id=gid, timeout=rollout_timeout
+                task,
+                agent,
+                runtime=provider,
+                job_id=job.id,
+                group_id=gid,
+                timeout=rollout_timeout,
+                proxy=proxy,
+                limits=limits,
             )
             results[i] = run
             if on_run is not None:

@@ -13,6 +13,7 @@ from ._records import Grade, RunError, Trace
 if TYPE_CHECKING:
     from ..channel._client import Client
     from ..env._types import Capability
+    from ..proxy import ProxySession
     from ..tasks._task import Task
 
 __all__ = ["Run", "RunStatus"]
@@ -38,9 +39,11 @@ class Run:
         "job_id",
         "phase",
         "prompt",
+        "proxy_session",
         "start_result",
         "started_at",
         "status",
+        "stop_reason",
         "task",
         "trace",
     )
@@ -64,6 +67,8 @@ class Run:
         self.error: RunError | None = None
         self.phase = "provisioning"
         self.client: Client | None = None
+        self.proxy_session: ProxySession | None = None
+        self.stop_reason: str | None = None
         self.started_at = time.time()
         self.ended_at: float | None = None
 
@@ -94,6 +99,36 @@ class Run:
     @answer.setter
     def answer(self, value: Any) -> None:
         self.trace.content = value
+
+    @property
+    def model_env(self) -> dict[str, str]:
+        """Environment variables pointing a harness at this run's proxy session.
+
+        `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`;
+        the key is the session's secret, never a real one. Empty without a proxy.
+        """
+        return self.proxy_session.env if self.proxy_session is not None else {}
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """Token usage summed over the trace's model turns."""
+        total: dict[str, int] = {}
+        for step in self.trace.steps:
+            if step.kind == "model_turn" and step.data and isinstance(step.data.get("usage"), dict):
+                for k, v in step.data["usage"].items():
+                    if isinstance(v, int):
+                        total[k] = total.get(k, 0) + v
+        return total
+
+    @property
+    def cost(self) -> float | None:
+        """Model cost (USD) summed over the trace's model turns; None if none was priced."""
+        costs = [
+            s.data["cost"]
+            for s in self.trace.steps
+            if s.kind == "model_turn" and s.data and isinstance(s.data.get("cost"), int | float)
+        ]
+        return sum(costs) if costs else None
 
     @property
     def duration(self) -> float | None:
@@ -181,6 +216,9 @@ class Run:
                 "type": self.error.type,
                 "message": self.error.message,
             },
+            "stop_reason": self.stop_reason,
+            "usage": self.usage,
+            "cost": self.cost,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "trace": self.trace.to_dict(),

@@ -23,6 +23,7 @@ from ._task import Task
 if TYPE_CHECKING:
     from ..agents._agent import Agent
     from ..engine import Job, Timeouts
+    from ..proxy import InterceptionProxy, Limits
     from ..runtimes._base import ProviderLike
 
 __all__ = ["Taskset"]
@@ -194,6 +195,8 @@ class Taskset:
         max_concurrent: int | None = None,
         job: Job | None = None,
         rollout_timeout: Timeouts | float | None = None,
+        proxy: InterceptionProxy | None = None,
+        limits: Limits | None = None,
     ) -> Job:
         """Run every row with `agent` and collect the results.
 
@@ -212,6 +215,8 @@ class Taskset:
             max_concurrent=max_concurrent,
             job=job,
             rollout_timeout=rollout_timeout,
+            proxy=proxy,
+            limits=limits,
         )
 
 

@@ -1,6 +1,6 @@
 """Benchmark proctor._http: HttpClient against HttpServer on loopback, keep-alive.
 
-    .venv/bin/python bench/http.py [--duration 5] [--concurrency 1,200] [--body 512]
+    .venv/bin/python bench/http_roundtrip.py [--duration 5] [--concurrency 1,200] [--body 512]
 
 The server runs in its own process (one core), the client in this one; each row runs
 for `--duration` seconds after a short warm-up. A request is a POST with a JSON body of
@@ -18,11 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
-
-# This file is named http.py: drop its folder from the path, or it shadows the stdlib's http.
-sys.path.remove(str(Path(__file__).resolve().parent))
 
 from proctor._http import HttpClient, HttpServer, Request, Response
 

@@ -1,0 +1,16 @@
+"""The interception proxy: one OpenAI/Anthropic-compatible endpoint for many rollouts.
+
+```python
+async with InterceptionProxy("openai/gpt-4.1-mini") as proxy:
+    job = await taskset.run(CommandAgent(["my-harness"]), proxy=proxy)
+```
+
+Each rollout gets a secret; its harness sees `OPENAI_BASE_URL` / `OPENAI_API_KEY`
+(and the Anthropic pair) pointing at the proxy, never the real key. Every turn lands
+on the rollout's trace; budgets in `Limits` are enforced per rollout.
+"""
+
+from ._proxy import InterceptionProxy, Upstream
+from ._session import Limits, ProxySession
+
+__all__ = ["InterceptionProxy", "Limits", "ProxySession", "Upstream"]

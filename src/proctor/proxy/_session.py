@@ -1,0 +1,140 @@
+"""One rollout's view of the proxy: its secret, limits, counters and recorded turns."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..engine._records import Trace
+    from ..models import Usage
+
+__all__ = ["Limits", "ProxySession", "Replay"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-rollout budgets the proxy enforces; None means unlimited.
+
+    Token budgets are cumulative over the rollout's turns (input counts every turn's
+    whole prompt, as providers bill it). A turn that would start with a budget already
+    spent is refused; the turn that crosses a budget is completed and recorded.
+    """
+
+    max_turns: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+    max_cost: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_turns",
+            "max_input_tokens",
+            "max_output_tokens",
+            "max_total_tokens",
+            "max_cost",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"Limits.{name} must be >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A committed answer, resent verbatim to a retry with the same idempotency key."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+class ProxySession:
+    """A rollout registered with an `InterceptionProxy`.
+
+    Requests bearing `secret` are this rollout's; their turns land on `trace` (as
+    `model_turn` steps) and in `turns`. After `close()` every request gets 409.
+
+    Attributes:
+        secret: the bearer token the harness uses as its API key.
+        base_url: the proxy's OpenAI-compatible base URL (ends in `/v1`).
+        stop_reason: why the proxy refused a turn (`max_turns`, `max_input_tokens`,
+            `max_output_tokens`, `max_total_tokens`, `max_cost`), else None.
+    """
+
+    def __init__(self, rollout_id: str, base_url: str, limits: Limits, trace: Trace | None) -> None:
+        self.rollout_id = rollout_id
+        self.secret = "sk-proctor-" + secrets.token_urlsafe(32)
+        self.base_url = base_url
+        self.limits = limits
+        self.trace = trace
+        self.turns: list[dict[str, Any]] = []
+        # Turns let through, counted on admission so max_turns holds under concurrency.
+        self.admitted = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost = 0.0
+        self.stop_reason: str | None = None
+        self.closed = False
+        self.committed: dict[str, Replay] = {}
+        self.pending: dict[str, asyncio.Future[Replay]] = {}
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<ProxySession {self.rollout_id} {state} turns={len(self.turns)}>"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that point an OpenAI or Anthropic client at this session."""
+        root = self.base_url.removesuffix("/v1")
+        return {
+            "OPENAI_BASE_URL": self.base_url,
+            "OPENAI_API_KEY": self.secret,
+            "ANTHROPIC_BASE_URL": root,
+            "ANTHROPIC_API_KEY": self.secret,
+        }
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens used so far."""
+        return self.input_tokens + self.output_tokens
+
+    def close(self) -> None:
+        """End the session: later requests get 409; waiting retries are released."""
+        self.closed = True
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.cancel()
+        self.pending.clear()
+
+    def over_limit(self) -> str | None:
+        """The first budget already spent (a turn must not start), else None."""
+        lim = self.limits
+        if lim.max_turns is not None and self.admitted >= lim.max_turns:
+            return "max_turns"
+        if lim.max_input_tokens is not None and self.input_tokens >= lim.max_input_tokens:
+            return "max_input_tokens"
+        if lim.max_output_tokens is not None and self.output_tokens >= lim.max_output_tokens:
+            return "max_output_tokens"
+        if lim.max_total_tokens is not None and self.total_tokens >= lim.max_total_tokens:
+            return "max_total_tokens"
+        if lim.max_cost is not None and self.cost >= lim.max_cost:
+            return "max_cost"
+        return None
+
+    def account(self, usage: Usage, cost: float | None) -> None:
+        """Add one completed turn's usage to the counters."""
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        if cost is not None:
+            self.cost += cost
+
+    def record(self, turn: dict[str, Any], start: float) -> None:
+        """Keep one turn and put it on the rollout's trace."""
+        turn["turn"] = len(self.turns) + 1
+        self.turns.append(turn)
+        if self.trace is not None:
+            data = {k: v for k, v in turn.items() if k != "message"}
+            self.trace.add("model_turn", turn.get("message"), start=start, **data)
