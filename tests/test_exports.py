@@ -8,8 +8,11 @@ import proctor.agents
 import proctor.channel
 import proctor.engine
 import proctor.env
+import proctor.models
+import proctor.proxy
 import proctor.runtimes
 import proctor.tasks
+import proctor.testing
 
 
 def test_every_export_resolves() -> None:
@@ -20,8 +23,11 @@ def test_every_export_resolves() -> None:
         proctor.channel,
         proctor.engine,
         proctor.env,
+        proctor.models,
+        proctor.proxy,
         proctor.runtimes,
         proctor.tasks,
+        proctor.testing,
     ):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
@@ -40,6 +46,18 @@ def test_import_proctor_does_not_load_pydantic_or_model_sdks() -> None:
     code = (
         "import sys, proctor, proctor.env, proctor.channel, proctor.runtimes, proctor.serve;"
         "print(sorted(m for m in ('pydantic', 'openai', 'anthropic', 'ray') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "[]"
+
+
+def test_agents_models_and_proxy_load_no_sdk_until_used() -> None:
+    code = (
+        "import sys, proctor.agents, proctor.models, proctor.proxy, proctor.testing;"
+        "print(sorted(m for m in ('openai', 'anthropic', 'mcp', 'httpx', 'httpx2', 'uvicorn') "
         "if m in sys.modules))"
     )
     out = subprocess.run(

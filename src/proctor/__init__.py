@@ -18,9 +18,14 @@ _EXPORTS = {
     "ConnectError": "._errors",
     "ConnectTimeout": "._errors",
     "ConnectionLost": "._errors",
+    "HttpError": "._errors",
+    "ModelError": "._errors",
+    "ModelRequestError": "._errors",
+    "PayloadTooLarge": "._errors",
     "ProctorError": "._errors",
     "ProtocolError": "._errors",
     "RemoteError": "._errors",
+    "RetriesExhausted": "._errors",
     "RolloutError": "._errors",
     "RolloutTimeout": "._errors",
     "RuntimeLaunchError": "._errors",
@@ -61,8 +66,16 @@ _EXPORTS = {
     "rollout": ".engine",
     # agents
     "Agent": ".agents",
+    "CommandAgent": ".agents",
     "ScriptedAgent": ".agents",
+    "ToolAgent": ".agents",
     "agent_from_fn": ".agents",
+    # models and the interception proxy
+    "InterceptionProxy": ".proxy",
+    "Limits": ".proxy",
+    "ModelClient": ".models",
+    "RetryPolicy": ".models",
+    "model_client": ".models",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -88,9 +101,14 @@ if TYPE_CHECKING:
         ConnectError,
         ConnectionLost,
         ConnectTimeout,
+        HttpError,
+        ModelError,
+        ModelRequestError,
+        PayloadTooLarge,
         ProctorError,
         ProtocolError,
         RemoteError,
+        RetriesExhausted,
         RolloutError,
         RolloutTimeout,
         RuntimeLaunchError,
@@ -100,9 +118,11 @@ if TYPE_CHECKING:
         TasksetError,
         TemplateError,
     )
-    from .agents import Agent, ScriptedAgent, agent_from_fn
+    from .agents import Agent, CommandAgent, ScriptedAgent, ToolAgent, agent_from_fn
     from .channel import Client, Manifest, Server, connect
     from .engine import Grade, Job, Run, Step, Timeouts, Trace, rollout
     from .env import Answer, Capability, Environment, EvaluationResult, SubScore, Template, graders
+    from .models import ModelClient, RetryPolicy, model_client
+    from .proxy import InterceptionProxy, Limits
     from .runtimes import Endpoint, LocalRuntime, Provider, Runtime, SubprocessRuntime
     from .tasks import Task, Taskset

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from proctor import Environment, rollout
-from proctor.agents._command import CommandAgent
+from proctor.agents import CommandAgent
 from proctor.proxy import InterceptionProxy, Limits, Upstream
 from proctor.testing import FakeModelServer
 

@@ -1,11 +1,14 @@
-"""Agents: the contract, scripted agents, and the tool-calling model agent."""
+"""Agents: the contract, scripted agents, the tool-calling model agent, and harnesses
+in any language run as child processes."""
 
 from ._agent import Agent, FunctionAgent, ScriptedAgent, agent_from_fn
+from ._command import CommandAgent
 from ._tool_agent import ToolAgent
 from ._tools import Tool, ToolResult, command_tool, function_tool, mcp_tools, run_tools, shell_tool
 
 __all__ = [
     "Agent",
+    "CommandAgent",
     "FunctionAgent",
     "ScriptedAgent",
     "Tool",

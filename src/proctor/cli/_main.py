@@ -285,6 +285,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", metavar="FILE", help="write one JSON line per run to FILE (must be new)"
     )
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed")
+    models = run.add_argument_group(
+        "models",
+        "Run a model instead of a Python agent. Keys come from the provider's usual "
+        "variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...), never from arguments.",
+    )
+    models.add_argument(
+        "--model",
+        metavar="MODEL",
+        help="e.g. openai/gpt-4.1-mini, anthropic/claude-haiku-4-5, "
+        "vllm/Qwen3-8B@http://127.0.0.1:8000/v1; alone: the built-in tool-calling agent",
+    )
+    models.add_argument(
+        "--harness",
+        metavar="CMD",
+        help="run CMD per rollout (prompt on stdin, answer on stdout) with "
+        "OPENAI_BASE_URL/OPENAI_API_KEY pointing at an interception proxy in front of "
+        "--model that records and budgets every turn",
+    )
+    models.add_argument(
+        "--max-turns", type=_positive_int, metavar="N", help="model turns per rollout"
+    )
+    models.add_argument(
+        "--max-tokens", type=_positive_int, metavar="N", help="input+output tokens per rollout"
+    )
+    models.add_argument(
+        "--max-cost", type=_positive_float, metavar="USD", help="model cost per rollout"
+    )
     _add_connect(run)
     _add_json(run)
     run.set_defaults(handler=_lazy("._run", "cmd_run"))

@@ -17,6 +17,7 @@ from ._common import CLIError, print_json, read_token, run_async, split_source, 
 if TYPE_CHECKING:
     from ..engine import Job, Run
     from ..env import Environment
+    from ..proxy import InterceptionProxy
     from ..runtimes import ProviderLike
     from ..tasks import Taskset
 
@@ -57,7 +58,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"{source} has rows for environment {', '.join(map(repr, others))} but "
                 f"{env_source} serves {served.name!r}; pass --env-source"
             )
-    agent = resolve_agent(args.agent, source, env_source)
+    agent, proxy = _model_agent(args) if args.model or args.harness else (None, None)
+    if agent is None:
+        agent = resolve_agent(args.agent, source, env_source)
     max_concurrent = args.max_concurrent
     if max_concurrent is None and runtime in ("subprocess", "warm"):
         max_concurrent = 2 * (os.cpu_count() or 1)
@@ -77,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 ready_timeout=args.ready_timeout,
                 token=read_token(args.token_env),
                 writer=writer,
+                proxy=proxy,
             ),
             fast=True,
         )
@@ -138,6 +142,55 @@ def resolve_agent(spec: str, source: str, env_source: str | None = None) -> Any:
     if inspect.isfunction(call) and not inspect.iscoroutinefunction(call):
         raise CLIError(f"{spec}: not async; an agent is `async def (run)` or async __call__(run)")
     return obj
+
+
+def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | None]:
+    """`--model` alone: a `ToolAgent`; with `--harness`: a `CommandAgent` behind a proxy.
+
+    Raises:
+        CLIError: conflicting or incomplete options, a bad model string, a missing key.
+    """
+    import shlex
+
+    from .._errors import ModelError
+
+    if args.agent != "builtin":
+        raise CLIError("--agent cannot be combined with --model or --harness")
+    if not args.model:
+        raise CLIError("--harness needs --model: the upstream its proxy forwards to")
+    from ..models import parse_model
+
+    try:
+        spec = parse_model(args.model)
+    except ValueError as exc:
+        raise CLIError(f"--model: {exc}") from None
+    if (
+        spec.api_key_env
+        and not os.environ.get(spec.api_key_env)
+        and spec.base_url.startswith("https://")
+    ):
+        raise CLIError(f"--model {args.model}: set {spec.api_key_env} (keys never go in arguments)")
+    if args.harness is None:
+        from ..agents import ToolAgent
+
+        if args.max_tokens or args.max_cost:
+            raise CLIError("--max-tokens and --max-cost need --harness (they are proxy budgets)")
+        try:
+            return ToolAgent(args.model, max_steps=args.max_turns or 30), None
+        except ModelError as exc:
+            raise CLIError(f"--model: {exc}") from None
+    from ..agents import CommandAgent
+    from ..proxy import InterceptionProxy, Limits
+
+    argv = shlex.split(args.harness)
+    if not argv:
+        raise CLIError("--harness: empty command")
+    limits = Limits(
+        max_turns=args.max_turns, max_total_tokens=args.max_tokens, max_cost=args.max_cost
+    )
+    if spec.api == "messages":
+        return CommandAgent(argv), InterceptionProxy(anthropic=spec, limits=limits)
+    return CommandAgent(argv), InterceptionProxy(spec, limits=limits)
 
 
 def _is_python(source: str) -> bool:
@@ -204,6 +257,7 @@ async def _execute(
     ready_timeout: float,
     token: str | None,
     writer: _Writer | None,
+    proxy: InterceptionProxy | None = None,
 ) -> tuple[Job, float]:
     import asyncio
 
@@ -216,7 +270,12 @@ async def _execute(
             writer(run)
         progress.update(run)
 
-    async with _provider(runtime, served, env_source, env_name, ready_timeout, token) as provider:
+    async with contextlib.AsyncExitStack() as stack:
+        provider = await stack.enter_async_context(
+            _provider(runtime, served, env_source, env_name, ready_timeout, token)
+        )
+        if proxy is not None:
+            await stack.enter_async_context(proxy)
         ticker = asyncio.get_running_loop().create_task(progress.tick())
         t0 = time.perf_counter()
         try:
@@ -229,6 +288,7 @@ async def _execute(
                 rollout_timeout=rollout_timeout,
                 on_run=on_run,
                 name=taskset.name,
+                proxy=proxy,
             )
         finally:
             wall = time.perf_counter() - t0
