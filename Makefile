@@ -26,6 +26,7 @@ peers: $(PEERS)/.installed
 
 demo: $(STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
+	$(BIN)/proctor run examples/shellfix/tasks.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
@@ -37,6 +38,7 @@ test: $(STAMP) peers lint
 
 bench: $(STAMP) peers
 	$(BIN)/python bench/rollouts.py --peers-python $(PEERS)/bin/python
+	$(BIN)/python bench/proxy.py
 
 clean:
 	rm -rf $(VENV) $(PEERS) .pytest_cache .mypy_cache .ruff_cache
