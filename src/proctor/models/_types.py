@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["Attempt", "ModelClient", "ModelResponse", "ToolCall", "ToolSpec", "Usage"]
@@ -65,7 +65,14 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         """The counters plus `total_tokens`, as plain JSON."""
-        return {**asdict(self), "total_tokens": self.total_tokens}
+        return {
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "total_tokens": self.total_tokens,
+        }
 
 
 @dataclass(slots=True)
@@ -87,8 +94,16 @@ class Attempt:
     duration: float
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain JSON."""
-        return asdict(self)
+        """The fields as plain JSON (by hand: `asdict` deep-copies, on every turn)."""
+        return {
+            "n": self.n,
+            "cause": self.cause,
+            "status": self.status,
+            "error": self.error,
+            "wait": self.wait,
+            "started": self.started,
+            "duration": self.duration,
+        }
 
 
 @dataclass(slots=True)

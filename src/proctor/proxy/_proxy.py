@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -137,6 +138,7 @@ class InterceptionProxy:
         self._server = HttpServer(self._handle, host=host, port=port)
         self._client = HttpClient()
         self._sessions: dict[str, ProxySession] = {}
+        self._rng = random.Random()  # jitter; one per proxy (seeding one per turn is slow)
 
     def __repr__(self) -> str:
         return f"<InterceptionProxy {self.base_url} sessions={len(self._sessions)}>"
@@ -272,7 +274,7 @@ class _Turn:
         self.fut = fut
         self.url = upstream.url(path)
         self.stream = bool(body.get("stream"))
-        self.retrier = Retrier(proxy.retry, proxy.clock)
+        self.retrier = Retrier(proxy.retry, proxy.clock, proxy._rng)
         self.start = time.time()
         self.t0 = time.perf_counter()
         self.payload = self._rewrite(req.body)
@@ -430,7 +432,7 @@ class _Turn:
             "response": response,
             "usage": usage.to_dict(),
             "cost": spent,
-            "attempts": [asdict(a) for a in self.retrier.attempts],
+            "attempts": [a.to_dict() for a in self.retrier.attempts],
             "latency": time.perf_counter() - self.t0,
             "idempotency_key": self.key,
         }
