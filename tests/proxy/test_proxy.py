@@ -391,3 +391,36 @@ async def test_bad_requests_get_clear_errors(proxy: InterceptionProxy) -> None:
         assert resp.status == 404
         await resp.read()
     assert session.turns == []
+
+
+async def test_ending_the_rollout_stops_a_turn_waiting_to_retry(fake: FakeModelServer) -> None:
+    async with InterceptionProxy(fake.url) as proxy:  # the real clock: a 60 s retry-after
+        session = proxy.open_session()
+        fake.inject(Fault.status(429, retry_after=60))
+        call = asyncio.ensure_future(
+            oai(session.base_url, session.secret).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}]
+            )
+        )
+        for _ in range(500):  # until the turn sleeps before its retry
+            if session.waits:
+                break
+            await asyncio.sleep(0.01)
+        session.close()
+        with pytest.raises(openai.ConflictError):
+            await asyncio.wait_for(call, 5)
+        assert len(fake.requests) == 1  # never retried after the end
+        assert session.turns[0]["error"].startswith("the rollout ended")
+        assert proxy.sessions == []  # forgotten, but for its secret
+
+
+async def test_ended_sessions_are_forgotten_but_still_answer_409(proxy: InterceptionProxy) -> None:
+    ended = [proxy.open_session() for _ in range(5)]
+    kept = proxy.open_session()
+    for s in ended:
+        s.close()
+    assert proxy.sessions == [kept]
+    with pytest.raises(openai.ConflictError):
+        await oai(ended[0].base_url, ended[0].secret).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )

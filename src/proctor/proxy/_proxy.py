@@ -53,6 +53,7 @@ _APIS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/mess
 _PASS_UP = frozenset({"accept", "anthropic-version", "anthropic-beta", "openai-beta", "user-agent"})
 # Response headers passed back to the harness.
 _PASS_DOWN = frozenset({"content-type", "x-request-id", "request-id", "openai-processing-ms"})
+_ENDED_KEPT = 100_000
 _SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
 
 
@@ -138,6 +139,7 @@ class InterceptionProxy:
         self._server = HttpServer(self._handle, host=host, port=port)
         self._client = HttpClient()
         self._sessions: dict[str, ProxySession] = {}
+        self._ended: dict[str, None] = {}  # secrets of ended sessions, oldest first
         self._rng = random.Random()  # jitter; one per proxy (seeding one per turn is slow)
 
     def __repr__(self) -> str:
@@ -148,13 +150,18 @@ class InterceptionProxy:
         """The OpenAI-compatible base URL (`http://127.0.0.1:PORT/v1`)."""
         return self._server.url + "/v1"
 
+    @property
+    def sessions(self) -> list[ProxySession]:
+        """The open sessions (an ended one is forgotten but for its secret, for 409s)."""
+        return list(self._sessions.values())
+
     async def start(self) -> None:
         """Listen."""
         await self._server.start()
 
     async def aclose(self) -> None:
         """Close every session, stop listening and drop upstream connections."""
-        for session in self._sessions.values():
+        for session in list(self._sessions.values()):
             session.close()
         await self._server.aclose()
         await self._client.aclose()
@@ -175,14 +182,25 @@ class InterceptionProxy:
     ) -> ProxySession:
         """Register a rollout; its turns land on `trace` (if given) and `session.turns`."""
         session = ProxySession(
-            rollout_id or uuid.uuid4().hex, self.base_url, limits or self.limits, trace
+            rollout_id or uuid.uuid4().hex,
+            self.base_url,
+            limits or self.limits,
+            trace,
+            self._forget,
         )
         self._sessions[session.secret] = session
         return session
 
     def close_session(self, session: ProxySession) -> None:
-        """End a rollout: its secret now gets 409 (until the proxy closes)."""
+        """End a rollout: its secret now gets 409 (same as `session.close()`)."""
         session.close()
+
+    def _forget(self, session: ProxySession) -> None:
+        """Drop an ended session, keeping only its secret (for 409s), the last so many."""
+        self._sessions.pop(session.secret, None)
+        self._ended[session.secret] = None
+        while len(self._ended) > _ENDED_KEPT:
+            del self._ended[next(iter(self._ended))]
 
     # -- request handling -------------------------------------------------------------
 
@@ -196,10 +214,10 @@ class InterceptionProxy:
         if req.method != "POST":
             return _error(api, 405, f"{path} takes POST", "method_not_allowed")
         session = self._session_of(req)
-        if session is None:
+        if session is None or session.closed:
+            if self._secret_of(req) in self._ended:
+                return _error(api, 409, "this rollout has ended", "rollout_ended")
             return _error(api, 401, "unknown or missing API key", "invalid_api_key")
-        if session.closed:
-            return _error(api, 409, "this rollout has ended", "rollout_ended")
         upstream = self.upstreams.get("anthropic" if api == "messages" else "openai")
         if upstream is None:
             return _error(api, 404, f"this proxy has no upstream for {path}", "not_found")
@@ -226,12 +244,14 @@ class InterceptionProxy:
         return await turn.forward()
 
     def _session_of(self, req: Request) -> ProxySession | None:
+        return self._sessions.get(self._secret_of(req))
+
+    @staticmethod
+    def _secret_of(req: Request) -> str:
         auth = req.headers.get("authorization")
         if auth is not None and auth[:7].lower() == "bearer ":
-            secret = auth[7:].strip()
-        else:
-            secret = req.headers.get("x-api-key") or ""
-        return self._sessions.get(secret)
+            return auth[7:].strip()
+        return req.headers.get("x-api-key") or ""
 
     async def _models(self, req: Request) -> Response:
         session = self._session_of(req)
@@ -319,7 +339,8 @@ class _Turn:
                 wait = self._attempt("transport", None, str(exc), None, t0)
                 if wait is None:
                     return self._give_up(502, f"upstream unreachable: {exc}")
-                await clock.sleep(wait)
+                if not await self._backoff(wait):
+                    return self._ended()
                 continue
             if 200 <= resp.status < 300 and self.stream:
                 return self._relay(resp)
@@ -330,7 +351,8 @@ class _Turn:
                 wait = self._attempt("transport", resp.status, str(exc), None, t0)
                 if wait is None:
                     return self._give_up(502, f"upstream broke off: {exc}")
-                await clock.sleep(wait)
+                if not await self._backoff(wait):
+                    return self._ended()
                 continue
             if 200 <= resp.status < 300:
                 try:
@@ -344,7 +366,8 @@ class _Turn:
                 wait = self._attempt("malformed", resp.status, problem, None, t0)
                 if wait is None:
                     return self._give_up(502, f"upstream kept answering malformed: {problem}")
-                await clock.sleep(wait)
+                if not await self._backoff(wait):
+                    return self._ended()
                 continue
             cause = classify_status(resp.status, data)
             retry_after = retry_after_from(resp.headers, time.time())
@@ -353,7 +376,29 @@ class _Turn:
                 # The provider's own refusal goes back verbatim. The proxy cannot shrink a
                 # harness's payload, so a 413 is never resent.
                 return self._finish(resp, data, None, f"upstream answered {resp.status}")
-            await clock.sleep(wait)
+            if not await self._backoff(wait):
+                return self._ended()
+
+    async def _backoff(self, wait: float) -> bool:
+        """Sleep before the next try; False if the rollout ended meanwhile."""
+        if self.session.closed:
+            return False
+        sleep = asyncio.ensure_future(self.retrier.clock.sleep(wait))
+        self.session.waits.add(sleep)
+        try:
+            await sleep
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the harness hung up
+        finally:
+            self.session.waits.discard(sleep)
+        return not self.session.closed
+
+    def _ended(self) -> Response:
+        self._record(None, None, "the rollout ended while the turn waited to retry")
+        self._release()
+        return _error(self.api, 409, "this rollout has ended", "rollout_ended")
 
     def _attempt(
         self,

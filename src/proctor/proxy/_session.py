@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +65,14 @@ class ProxySession:
             `max_output_tokens`, `max_total_tokens`, `max_cost`), else None.
     """
 
-    def __init__(self, rollout_id: str, base_url: str, limits: Limits, trace: Trace | None) -> None:
+    def __init__(
+        self,
+        rollout_id: str,
+        base_url: str,
+        limits: Limits,
+        trace: Trace | None,
+        on_close: Callable[[ProxySession], None] | None = None,
+    ) -> None:
         self.rollout_id = rollout_id
         self.secret = "sk-proctor-" + secrets.token_urlsafe(32)
         self.base_url = base_url
@@ -80,6 +88,8 @@ class ProxySession:
         self.closed = False
         self.committed: dict[str, Replay] = {}
         self.pending: dict[str, asyncio.Future[Replay]] = {}
+        self.waits: set[asyncio.Future[None]] = set()  # backoff sleeps, cut short by close()
+        self._on_close = on_close
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -102,12 +112,19 @@ class ProxySession:
         return self.input_tokens + self.output_tokens
 
     def close(self) -> None:
-        """End the session: later requests get 409; waiting retries are released."""
+        """End the session: later requests get 409, turns waiting to retry give up, and
+        requests waiting on an idempotency key are released. Idempotent."""
+        if self.closed:
+            return
         self.closed = True
-        for fut in self.pending.values():
-            if not fut.done():
-                fut.cancel()
+        for waiter in self.pending.values():
+            waiter.cancel()
+        for sleep in self.waits:
+            sleep.cancel()
         self.pending.clear()
+        self.waits.clear()
+        if self._on_close is not None:
+            self._on_close(self)
 
     def over_limit(self) -> str | None:
         """The first budget already spent (a turn must not start), else None."""
