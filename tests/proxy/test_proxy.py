@@ -424,3 +424,20 @@ async def test_ended_sessions_are_forgotten_but_still_answer_409(proxy: Intercep
         await oai(ended[0].base_url, ended[0].secret).chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x"}]
         )
+
+
+async def test_streamed_token_ids_and_logprobs_are_recorded(proxy: InterceptionProxy) -> None:
+    session = proxy.open_session()
+    stream = await oai(session.base_url, session.secret).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hello world"}],
+        stream=True,
+        logprobs=True,
+        extra_body={"return_token_ids": True},
+    )
+    async for _ in stream:
+        pass
+    tokens = session.turns[0]["tokens"]
+    assert tokens["completion_tokens"] == ["echo", ":", " hello", " world"]
+    assert len(tokens["logprobs"]) == len(tokens["completion_token_ids"]) == 4
+    assert tokens["prompt_token_ids"]
