@@ -307,7 +307,8 @@ async def test_each_fault_is_retried_with_its_cause_and_wait(
     assert len(fake.requests) == 11  # the SDK retried nothing on its own
     broken = "input is not a JSON object" if api == "messages" else "arguments are not JSON"
     assert response.attempts[-2].error == f"tool call {broken}"
-    assert response.attempts[-3].error == "no tool call"
+    missing = "neither a message nor a tool call" if api == "responses" else "has none"
+    assert missing in (response.attempts[-3].error or "")
     assert response.latency == pytest.approx(sum(clock.sleeps))
 
 
@@ -338,6 +339,18 @@ async def test_ten_missing_tool_calls_give_up_even_with_transport_errors_between
     assert info.value.cause == "malformed"
     assert [a.cause for a in info.value.attempts].count("malformed") == 10
     assert len(info.value.attempts) == 19
+
+
+async def test_missing_tool_calls_are_malformed_without_asking(
+    replies: Replies, fake: FakeModelServer, client: ProviderAdapter
+) -> None:
+    # The finish reason says tool calls (Responses: an empty completed turn) but there
+    # are none: retried like any malformed answer, require_tool_call or not.
+    replies.append(Reply.tool("shell", cmd="ls"))
+    fake.inject(Fault.missing_tool_calls())
+    response = await client.complete(TASK, tools=[SHELL])
+    assert [a.cause for a in response.attempts] == ["malformed", "ok"]
+    assert response.tool_calls[0].name == "shell"
 
 
 async def test_a_call_to_an_unknown_tool_is_malformed(

@@ -18,7 +18,7 @@ from proctor.models import (
     parse_response,
     usage_from,
 )
-from proctor.testing import FakeModelServer, FakeToolCall, Reply
+from proctor.testing import FakeModelServer, FakeToolCall, Fault, Reply
 
 # -- usage ----------------------------------------------------------------------------
 
@@ -165,6 +165,28 @@ def test_check_requires_a_known_tool_call_when_asked() -> None:
     call = chat_call("{}")
     assert check_response("chat", call, require_tool_call=True, tool_names={"shell"}) is None
     assert check_response("chat", call, tool_names={"edit"}) == "call to unknown tool 'shell'"
+
+
+def test_a_tool_call_finish_without_calls_is_a_problem_even_unasked() -> None:
+    # "missing or malformed tool-call responses": the finish reason promised calls.
+    empty = chat({"role": "assistant", "content": None}, "tool_calls")
+    assert "tool calls" in (check_response("chat", empty) or "")
+    anthropic = {"type": "message", "content": [], "stop_reason": "tool_use"}
+    assert "tool calls" in (check_response("messages", anthropic) or "")
+    text = {**anthropic, "content": [{"type": "text", "text": "Let me run it."}]}
+    assert "tool calls" in (check_response("messages", text) or "")
+    assert check_response("chat", chat({"role": "assistant", "content": None})) is None
+
+
+def test_a_completed_responses_answer_with_no_message_or_call_is_a_problem() -> None:
+    # Responses names no finish reason: its "missing calls" is an empty completed turn.
+    assert "neither" in (check_response("responses", responses([])) or "")
+    reasoning_only = responses([{"type": "reasoning", "id": "rs_1", "summary": []}])
+    assert "neither" in (check_response("responses", reasoning_only) or "")
+    cut = responses([], "incomplete", incomplete_details={"reason": "max_output_tokens"})
+    assert check_response("responses", cut) is None
+    said = responses([{"type": "message", "role": "assistant", "content": []}])
+    assert check_response("responses", said) is None
 
 
 def test_parse_raises_value_error() -> None:
@@ -629,10 +651,26 @@ def test_unknown_api_and_non_json_events() -> None:
     with pytest.raises(ValueError, match="unknown api"):
         StreamAccumulator("completions")
     acc = StreamAccumulator("chat")
-    for data in ("[DONE]", "", ": keep-alive", "[1, 2]"):
+    for data in ("[DONE]", "", " ", "[1, 2]"):
         acc.feed(SSEEvent(None, data))
-    assert acc.events == 0
+    assert acc.events == 0 and acc.problem is None
     assert acc.result() == {"object": "chat.completion", "choices": []}
+
+
+def test_events_that_are_not_json_make_the_stream_a_problem() -> None:
+    acc = StreamAccumulator("chat")
+    for event in events(
+        chunk({"role": "assistant", "content": "Hel"}),
+        '{"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "lo',
+        chunk({}, "stop"),
+        "not json either",
+        "[DONE]",
+    ):
+        acc.feed(event)
+    assert acc.problem is not None and acc.problem.startswith("2 stream events are not JSON")
+    assert '"chatcmpl-1"' in acc.problem
+    # The rest still folds: the recorder keeps what arrived.
+    assert parse_response("chat", acc.result()).content == "Hel"
 
 
 # -- streams from the fake server fold to its unstreamed body -------------------------
@@ -694,3 +732,26 @@ async def test_fake_server_streams_fold_to_the_same_answer(api: str, reply: Repl
     ]
     assert got.finish_reason == expected.finish_reason
     assert usage_from(api, folded) == usage_from(api, whole)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+async def test_broken_fake_streams_are_problems(api: str) -> None:
+    # What the proxy relays: a stream with a garbled event, or one that promised tool
+    # calls and sent none, must not be recorded as a good answer.
+    streamed = {**request_body(api), "stream": True}
+    async with FakeModelServer() as fake, HttpClient() as client:
+        url = fake.origin + PATHS[api]
+        fake.inject(Fault.malformed_json())
+        _, garbled = await post(client, url, streamed)
+        fake.inject(Fault.missing_tool_calls())
+        _, empty = await post(client, url, streamed)
+        _, fine = await post(client, url, streamed)
+    folds = []
+    for stream in (garbled, empty, fine):
+        acc = StreamAccumulator(api)
+        for event in stream:
+            acc.feed(event)
+        folds.append(acc)
+    assert folds[0].problem is not None
+    assert folds[1].problem is None and check_response(api, folds[1].result()) is not None
+    assert folds[2].problem is None and check_response(api, folds[2].result()) is None

@@ -85,11 +85,32 @@ def check_response(
         parsed = parse_response(api, body)
     except _Malformed as exc:
         return str(exc)
+    missing = _missing_calls(api, body, parsed)
+    if missing:
+        return missing
     for call in parsed.tool_calls:
         if tool_names is not None and call.name not in tool_names:
             return f"call to unknown tool {call.name!r}"
     if require_tool_call and not parsed.tool_calls:
         return "no tool call"
+    return None
+
+
+def _missing_calls(api: str, body: dict[str, Any], parsed: Parsed) -> str | None:
+    """A response that ended to call tools but carries none, or that says nothing at all.
+
+    Chat's `finish_reason: "tool_calls"` and Anthropic's `stop_reason: "tool_use"` (both
+    `tool_calls` once parsed) promise calls. Responses names no reason: there, a
+    completed response without a message or a function call is the same empty turn.
+    """
+    if parsed.tool_calls:
+        return None
+    if parsed.finish_reason == "tool_calls":
+        return "finish reason says tool calls, but the response has none"
+    if api == "responses" and body.get("status") == "completed":
+        kinds = {_dict(item).get("type") for item in body["output"]}
+        if not kinds & {"message", "function_call"}:
+            return "completed response with neither a message nor a tool call"
     return None
 
 
@@ -268,7 +289,8 @@ class StreamAccumulator:
     """Folds one streamed response's SSE events into the body the API would have sent
     unstreamed, so a stream can be recorded, priced and checked like any response.
 
-    Events whose data is not JSON (`[DONE]`, keep-alives) are skipped.
+    Events whose data is not JSON are skipped; `[DONE]` and empty keep-alives are
+    expected, any other such event is counted in `problem` (the stream was broken).
 
     Args:
         api: `chat`, `responses` or `messages`.
@@ -288,16 +310,31 @@ class StreamAccumulator:
         self.api = api
         self._fold: _ChatFold | _ResponsesFold | _MessagesFold = folds[api]()
         self.events = 0
+        self.broken = 0
+        self._first_broken = ""
 
     def feed(self, event: SSELike) -> None:
         """Fold in one event."""
         try:
             data = orjson.loads(event.data)
         except orjson.JSONDecodeError:
+            text = event.data.strip()
+            if text and text != "[DONE]":
+                self.broken += 1
+                self._first_broken = self._first_broken or text
             return
         if isinstance(data, dict):
             self.events += 1
             self._fold.feed(data)
+
+    @property
+    def problem(self) -> str | None:
+        """None, or why the stream is not a usable answer whatever it folds to: some
+        events' data was not JSON (cut or garbled), so `result()` misses their part."""
+        if not self.broken:
+            return None
+        what = "event is" if self.broken == 1 else "events are"
+        return f"{self.broken} stream {what} not JSON (first: {brief(self._first_broken, 80)})"
 
     def result(self) -> dict[str, Any]:
         """The body so far (complete once the stream ended)."""
