@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CommandAgent"]
 
-# Parent variables that look like credentials never reach a harness; the proxy
-# session's own secret takes the place of the provider keys.
-_SECRET_NAME = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD|_ACCESS_KEY(_ID)?)$", re.I)
+# Parent variables that look like credentials never reach a harness (better a harmless
+# variable too many than a key); the proxy session's secret replaces provider keys.
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
 _TAIL = 4000
 
 
@@ -39,8 +39,9 @@ class CommandAgent:
       the environment's capabilities, each routed to a local URL through the run's
       connection.
 
-    Variables of the parent that look like credentials (`*_API_KEY`, `*_TOKEN`,
-    `*_SECRET`, ...) are removed; pass what a harness really needs in `env`.
+    Variables of the parent whose name mentions a credential (`KEY`, `TOKEN`,
+    `SECRET`, `PASSW`, `CRED`, `AUTH`, anywhere, any case) are removed; pass what a
+    harness really needs in `env`.
 
     Args:
         argv: the command (a list, or a string split on whitespace).

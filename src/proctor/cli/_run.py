@@ -188,8 +188,6 @@ def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | Non
     limits = Limits(
         max_turns=args.max_turns, max_total_tokens=args.max_tokens, max_cost=args.max_cost
     )
-    if spec.api == "messages":
-        return CommandAgent(argv), InterceptionProxy(anthropic=spec, limits=limits)
     return CommandAgent(argv), InterceptionProxy(spec, limits=limits)
 
 

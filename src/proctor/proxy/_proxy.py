@@ -11,7 +11,7 @@ as one turn on the rollout's trace. Real provider keys stay inside the proxy.
 from __future__ import annotations
 
 import asyncio
-import logging
+import hashlib
 import os
 import random
 import time
@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .._errors import HttpError
-from .._http import Abort, ClientResponse, HttpClient, HttpServer, Request, Response, SSEParser
+from .._http import (
+    Abort,
+    ClientResponse,
+    HttpClient,
+    HttpServer,
+    Request,
+    Response,
+    SSEEvent,
+    SSEParser,
+    format_sse,
+)
 from ..models import (
     Clock,
     ModelSpec,
@@ -39,14 +49,13 @@ from ..models import (
     retry_after_from,
     usage_from,
 )
-from ._session import Limits, ProxySession, Replay
+from ..models._names import Api
+from ._session import Limits, ProxySession, Replay, _KeyState
 
 if TYPE_CHECKING:
     from ..engine._records import Trace
 
 __all__ = ["InterceptionProxy", "Upstream"]
-
-log = logging.getLogger("proctor.proxy")
 
 _APIS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 # Request headers a harness may pass through to the provider (never its credentials).
@@ -62,8 +71,9 @@ class Upstream:
     """Where the proxy forwards one family of APIs.
 
     Args:
-        base_url: the provider's base URL (`https://api.openai.com/v1`,
-            `https://api.anthropic.com`, `http://127.0.0.1:8000/v1` for vLLM).
+        base_url: the API root, as the provider's SDK takes it
+            (`https://api.openai.com/v1`, `http://127.0.0.1:8000/v1`,
+            `https://api.anthropic.com`).
         kind: `openai` (chat, responses, models) or `anthropic` (messages).
         api_key: the real key; kept out of repr, traces and logs.
         model: when set, replaces the `model` of every forwarded request.
@@ -74,34 +84,38 @@ class Upstream:
     api_key: str | None = field(default=None, repr=False)
     model: str | None = None
 
-    @classmethod
-    def of(cls, target: str | ModelSpec | Upstream, kind: str) -> Upstream:
-        """An upstream from a base URL, a model string (`anthropic/claude-...`) or a spec.
+    def __post_init__(self) -> None:
+        if self.kind not in ("openai", "anthropic"):
+            raise ValueError(f"Upstream.kind is 'openai' or 'anthropic', not {self.kind!r}")
 
-        A model string's key is read from its provider's environment variable now.
+    @classmethod
+    def of(cls, target: str | ModelSpec | Upstream) -> Upstream:
+        """An upstream from a base URL (OpenAI-compatible), a model string or a spec.
+
+        A model string's kind follows its API (`anthropic/...` serves `/v1/messages`)
+        and its key is read from its provider's environment variable now.
         """
         if isinstance(target, Upstream):
             return target
         if isinstance(target, str) and target.startswith(("http://", "https://")):
-            return cls(target, kind)
+            return cls(target)
         spec = parse_model(target) if isinstance(target, str) else target
         key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        kind = "anthropic" if spec.api == "messages" else "openai"
         return cls(spec.base_url, kind, key, spec.model)
 
     def url(self, path: str) -> str:
-        """The provider URL for a proxy path such as `/v1/chat/completions`."""
+        """The provider URL for a proxy path such as `/v1/chat/completions` (as its SDK
+        builds it: OpenAI roots include the version, Anthropic's do not)."""
         base = self.base_url.rstrip("/")
         if self.kind == "anthropic":
             return base.removesuffix("/v1") + path
-        return base + path.removeprefix("/v1") if base.endswith("/v1") else base + path
+        return base + path.removeprefix("/v1")
 
-    def auth(self) -> list[tuple[str, str]]:
-        """The provider's authentication headers."""
-        if self.api_key is None:
-            return []
-        if self.kind == "anthropic":
-            return [("x-api-key", self.api_key)]
-        return [("authorization", f"Bearer {self.api_key}")]
+    def auth(self) -> dict[str, str]:
+        """The provider's authentication headers (and Anthropic's default version)."""
+        api: Api = "messages" if self.kind == "anthropic" else "chat"
+        return ModelSpec("", self.model or "", api, self.base_url, None).auth_headers(self.api_key)
 
 
 class InterceptionProxy:
@@ -109,8 +123,10 @@ class InterceptionProxy:
     for many rollouts at once, each identified by its own secret.
 
     Args:
-        openai: upstream for the OpenAI APIs (a base URL, a model string or `Upstream`).
-        anthropic: upstream for `/v1/messages`.
+        upstreams: where to forward, at most one per kind: a base URL (an
+            OpenAI-compatible server), a model string (`openai/gpt-4.1-mini` serves the
+            OpenAI paths, `anthropic/claude-haiku-4-5` serves `/v1/messages`; the model
+            is pinned) or an `Upstream`.
         limits: default budgets for sessions opened without their own.
         retry: the retry policy for forwarding (default `RetryPolicy()`).
         clock: time source for backoff waits (tests pass a fake one).
@@ -119,9 +135,7 @@ class InterceptionProxy:
 
     def __init__(
         self,
-        openai: str | ModelSpec | Upstream | None = None,
-        anthropic: str | ModelSpec | Upstream | None = None,
-        *,
+        *upstreams: str | ModelSpec | Upstream,
         limits: Limits | None = None,
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
@@ -129,10 +143,11 @@ class InterceptionProxy:
         port: int = 0,
     ) -> None:
         self.upstreams: dict[str, Upstream] = {}
-        if openai is not None:
-            self.upstreams["openai"] = Upstream.of(openai, "openai")
-        if anthropic is not None:
-            self.upstreams["anthropic"] = Upstream.of(anthropic, "anthropic")
+        for target in upstreams:
+            upstream = Upstream.of(target)
+            if upstream.kind in self.upstreams:
+                raise ValueError(f"two {upstream.kind} upstreams given; the proxy takes one")
+            self.upstreams[upstream.kind] = upstream
         self.limits = limits or Limits()
         self.retry = retry or RetryPolicy()
         self.clock = clock
@@ -228,20 +243,31 @@ class InterceptionProxy:
         if not isinstance(body, dict):
             return _error(api, 400, "request body must be a JSON object", "invalid_json")
         key = req.headers.get("idempotency-key")
+        state: _KeyState | None = None
         if key is not None:
-            replay = await _previous(session, key)
-            if replay is not None:
-                return Response(replay.status, replay.headers, replay.body)
-        reason = session.over_limit()
-        if reason is not None:
-            session.stop_reason = session.stop_reason or reason
-            return _error(api, 400, f"rollout limit reached: {reason}", reason)
-        session.admitted += 1
-        fut: asyncio.Future[Replay] | None = None
-        if key is not None:
-            fut = session.pending[key] = asyncio.get_running_loop().create_future()
-        turn = _Turn(self, session, upstream, api, path, body, req, key, fut)
-        return await turn.forward()
+            state = session.keys.get(key)
+            digest = hashlib.blake2b(req.body, digest_size=16).digest()
+            if state is not None and state.digest != digest:
+                msg = "this Idempotency-Key was used with a different request body"
+                return _error(api, 422, msg, "idempotency_key_reused")
+            if state is not None:
+                if not await state.settled():
+                    return _error(api, 409, "this rollout has ended", "rollout_ended")
+                if state.replay is not None:
+                    return Response(state.replay.status, state.replay.headers, state.replay.body)
+                if session.closed:
+                    return _error(api, 409, "this rollout has ended", "rollout_ended")
+        if state is None:  # a retry of a key already admitted is the same turn
+            reason = session.over_limit()
+            if reason is not None:
+                session.stop_reason = session.stop_reason or reason
+                return _error(api, 400, f"rollout limit reached: {reason}", reason)
+            session.admitted += 1
+            if key is not None:
+                state = session.keys[key] = _KeyState(key, digest)
+        if state is not None:
+            state.begin()
+        return await _Turn(self, session, upstream, api, path, body, req, state).forward()
 
     def _session_of(self, req: Request) -> ProxySession | None:
         return self._sessions.get(self._secret_of(req))
@@ -262,7 +288,7 @@ class InterceptionProxy:
             return Response.json({"object": "list", "data": []})
         try:
             async with await self._client.request(
-                "GET", upstream.url("/v1/models"), headers=upstream.auth()
+                "GET", upstream.url("/v1/models"), headers=list(upstream.auth().items())
             ) as resp:
                 data = await resp.read()
         except HttpError as exc:
@@ -282,27 +308,26 @@ class _Turn:
         path: str,
         body: dict[str, Any],
         req: Request,
-        key: str | None,
-        fut: asyncio.Future[Replay] | None,
+        state: _KeyState | None,
     ) -> None:
         self.proxy = proxy
         self.session = session
         self.upstream = upstream
         self.api = api
         self.body = body
-        self.key = key
-        self.fut = fut
+        self.state = state
         self.url = upstream.url(path)
         self.stream = bool(body.get("stream"))
         self.retrier = Retrier(proxy.retry, proxy.clock, proxy._rng)
         self.start = time.time()
         self.t0 = time.perf_counter()
+        self.strip_usage = False  # the harness did not ask for the usage chunk we add
         self.payload = self._rewrite(req.body)
-        headers = [(k, v) for k, v in req.headers.items() if k.lower() in _PASS_UP]
-        if api == "messages" and "anthropic-version" not in req.headers:
-            headers.append(("anthropic-version", "2023-06-01"))
-        headers.append(("content-type", "application/json"))
-        self.headers = headers + upstream.auth()
+        headers = {k.lower(): v for k, v in req.headers.items() if k.lower() in _PASS_UP}
+        for name, value in upstream.auth().items():
+            headers.setdefault(name.lower(), value)  # the harness's anthropic-version wins
+        headers["content-type"] = "application/json"
+        self.headers = list(headers.items())
 
     def _rewrite(self, raw: bytes) -> bytes:
         """The bytes to send: the harness's own, unless the model is pinned or a stream
@@ -313,9 +338,10 @@ class _Turn:
             changed = True
         if self.stream and self.api == "chat":
             opts = self.body.get("stream_options")
-            if not (isinstance(opts, dict) and opts.get("include_usage")):
-                self.body["stream_options"] = {**(opts or {}), "include_usage": True}
-                changed = True
+            if not (isinstance(opts, dict) and opts.get("include_usage") is True):
+                opts = opts if isinstance(opts, dict) else {}
+                self.body["stream_options"] = {**opts, "include_usage": True}
+                self.strip_usage = changed = True
         return orjson.dumps(self.body) if changed else raw
 
     async def forward(self) -> Response:
@@ -343,7 +369,7 @@ class _Turn:
                     return self._ended()
                 continue
             if 200 <= resp.status < 300 and self.stream:
-                return self._relay(resp)
+                return self._relay(resp, t0)
             try:
                 data = await resp.read()
             except HttpError as exc:
@@ -369,6 +395,12 @@ class _Turn:
                 if not await self._backoff(wait):
                     return self._ended()
                 continue
+            if resp.status in (401, 403):
+                # The upstream refused the proxy's own credentials: its body may quote
+                # them (masked or not), so neither the harness nor the trace sees it.
+                msg = f"the upstream refused the proxy's credentials (HTTP {resp.status})"
+                self._attempt("refused", resp.status, msg, None, t0)
+                return self._give_up(502, msg)
             cause = classify_status(resp.status, data)
             retry_after = retry_after_from(resp.headers, time.time())
             wait = self._attempt(cause, resp.status, _snippet(data), retry_after, t0)
@@ -413,11 +445,15 @@ class _Turn:
             cause, status, error, retry_after=retry_after, started=t0, duration=clock.now() - t0
         )
 
-    def _relay(self, resp: ClientResponse) -> Response:
-        """Pass an SSE stream through event by event; record the turn when it ends."""
+    def _relay(self, resp: ClientResponse, t0: float) -> Response:
+        """Pass an SSE stream through as it arrives; record the turn when it ends.
+
+        Bytes go through untouched, unless the proxy asked for the usage chunk the
+        harness did not: then events are re-framed one by one and that chunk withheld.
+        """
         parser = SSEParser()
         acc = StreamAccumulator(self.api)
-        chunks: list[bytes] = []
+        sent: list[bytes] = []
 
         async def body() -> AsyncIterator[bytes]:
             error: str | None = "client disconnected"
@@ -426,22 +462,26 @@ class _Turn:
                 async for chunk in resp.aiter_bytes():
                     if first is None:
                         first = time.perf_counter() - self.t0
-                    for event in parser.feed(chunk):
+                    events = parser.feed(chunk)
+                    for event in events:
                         acc.feed(event)
-                    chunks.append(chunk)
-                    yield chunk
-                error = None
+                    if self.strip_usage:
+                        chunk = b"".join(_frame(e) for e in events if not _usage_only(e))
+                    if chunk:
+                        sent.append(chunk)
+                        yield chunk
+                error = acc.problem or check_response(self.api, acc.result())
             except HttpError as exc:
                 error = f"upstream stream broke off: {exc}"
                 raise Abort(error) from None
             finally:
                 await resp.aclose()
-                result = acc.result()
+                self._attempt("ok" if error is None else "malformed", resp.status, error, None, t0)
+                self._record(resp.status, acc.result(), error, ttft=first)
                 if error is None:
-                    error = check_response(self.api, result)
-                self._attempt("ok" if error is None else "malformed", resp.status, error, None, 0.0)
-                self._record(resp.status, result, error, ttft=first)
-                self._commit(Replay(resp.status, _SSE_HEADERS, b"".join(chunks)))
+                    self._commit(Replay(resp.status, _SSE_HEADERS, b"".join(sent)))
+                else:  # a cut or broken stream is never replayed as the answer
+                    self._release()
 
         return Response(resp.status, list(_SSE_HEADERS), body())
 
@@ -455,9 +495,8 @@ class _Turn:
 
     def _give_up(self, status: int, message: str) -> Response:
         self._record(None, None, message)
-        response = _error(self.api, status, message, "upstream_error")
         self._release()
-        return response
+        return _error(self.api, status, message, "upstream_error")
 
     def _record(
         self, status: int | None, response: Any, error: str | None, ttft: float | None = None
@@ -479,7 +518,7 @@ class _Turn:
             "cost": spent,
             "attempts": [a.to_dict() for a in self.retrier.attempts],
             "latency": time.perf_counter() - self.t0,
-            "idempotency_key": self.key,
+            "idempotency_key": None if self.state is None else self.state.key,
         }
         if ttft is not None:
             turn["ttft"] = ttft
@@ -488,42 +527,28 @@ class _Turn:
             tokens = _tokens(response)
             if tokens:
                 turn["tokens"] = tokens
-        self.session.record(turn, self.start)
+        self.session.record(turn, self.start, self.state)
         reason = self.session.over_limit()
         if reason is not None and reason != "max_turns":
             self.session.stop_reason = self.session.stop_reason or reason
 
     def _commit(self, replay: Replay) -> None:
-        if self.key is None:
-            return
-        self.session.committed[self.key] = replay
-        fut = self.session.pending.pop(self.key, None)
-        if fut is not None and not fut.done():
-            fut.set_result(replay)
+        if self.state is not None:
+            self.state.settle(replay)
 
     def _release(self) -> None:
-        """No answer to keep: a retry with the same key forwards anew."""
-        if self.key is None:
-            return
-        fut = self.session.pending.pop(self.key, None)
-        if fut is not None and not fut.done():
-            fut.cancel()
+        """No answer to keep: a retry with the same key forwards anew (the same turn)."""
+        if self.state is not None:
+            self.state.settle(None)
 
 
-async def _previous(session: ProxySession, key: str) -> Replay | None:
-    """The committed answer for `key`, waiting for one in flight; None if there is none."""
-    replay = session.committed.get(key)
-    if replay is not None:
-        return replay
-    fut = session.pending.get(key)
-    if fut is None:
-        return None
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        if fut.cancelled():  # the first try ended without an answer: go again
-            return None
-        raise
+def _usage_only(event: SSEEvent) -> bool:
+    """A Chat Completions chunk with no choices: the usage chunk the proxy asked for."""
+    return event.data.startswith("{") and '"choices":[]' in event.data.replace(" ", "")
+
+
+def _frame(event: SSEEvent) -> bytes:
+    return format_sse(event.data, event.event, event.id)
 
 
 def _message(api: str, body: dict[str, Any]) -> Any:
@@ -551,7 +576,17 @@ def _tokens(body: dict[str, Any]) -> dict[str, Any]:
             items = [x for x in logprobs["content"] if isinstance(x, dict)]
             out["completion_tokens"] = [x.get("token") for x in items]
             out["logprobs"] = [x.get("logprob") for x in items]
+            ids = [_token_id(t) for t in out["completion_tokens"]]
+            if "completion_token_ids" not in out and ids and None not in ids:
+                out["completion_token_ids"] = ids  # vLLM's return_tokens_as_token_ids
     return out
+
+
+def _token_id(token: Any) -> int | None:
+    """N from vLLM's `token_id:N` token strings, else None."""
+    if isinstance(token, str) and token.startswith("token_id:") and token[9:].isdigit():
+        return int(token[9:])
+    return None
 
 
 def _down_headers(resp: ClientResponse) -> list[tuple[str, str]]:

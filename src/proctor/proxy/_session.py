@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,14 +15,19 @@ if TYPE_CHECKING:
 
 __all__ = ["Limits", "ProxySession", "Replay"]
 
+if TYPE_CHECKING:
+    from ..engine._records import Step
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Per-rollout budgets the proxy enforces; None means unlimited.
 
     Token budgets are cumulative over the rollout's turns (input counts every turn's
-    whole prompt, as providers bill it). A turn that would start with a budget already
-    spent is refused; the turn that crosses a budget is completed and recorded.
+    whole prompt, as providers bill it). They are checked when a turn starts: a turn
+    that would start with a budget already spent is refused; the turn that crosses a
+    budget, and any turn of the same rollout already in flight, completes and is
+    recorded. `max_turns` is exact even under concurrency (turns count on admission).
     """
 
     max_turns: int | None = None
@@ -50,6 +56,46 @@ class Replay:
     status: int
     headers: list[tuple[str, str]]
     body: bytes
+
+
+class _KeyState:
+    """One idempotency key of a session: one turn, however many times it is sent.
+
+    While a try is in flight, a retry waits for it; if it committed an answer, the
+    retry gets that answer; if it failed, the retry forwards again as the same turn.
+    """
+
+    __slots__ = ("digest", "index", "key", "replay", "step", "waiter")
+
+    def __init__(self, key: str, digest: bytes) -> None:
+        self.key = key
+        self.digest = digest  # of the request body: a key reused for another body is refused
+        self.replay: Replay | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.index: int | None = None  # this key's turn in `session.turns`
+        self.step: Step | None = None  # and on the trace
+
+    def begin(self) -> None:
+        self.waiter = asyncio.get_running_loop().create_future()
+
+    def settle(self, replay: Replay | None) -> None:
+        """End a try: with the answer to replay, or None to let a retry go again."""
+        self.replay = replay
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        self.waiter = None
+
+    async def settled(self) -> bool:
+        """Wait for the try in flight, if any; False if the session ended meanwhile."""
+        while self.waiter is not None:
+            try:
+                await asyncio.shield(self.waiter)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                return False
+        return True
 
 
 class ProxySession:
@@ -86,8 +132,7 @@ class ProxySession:
         self.cost = 0.0
         self.stop_reason: str | None = None
         self.closed = False
-        self.committed: dict[str, Replay] = {}
-        self.pending: dict[str, asyncio.Future[Replay]] = {}
+        self.keys: dict[str, _KeyState] = {}
         self.waits: set[asyncio.Future[None]] = set()  # backoff sleeps, cut short by close()
         self._on_close = on_close
 
@@ -117,11 +162,12 @@ class ProxySession:
         if self.closed:
             return
         self.closed = True
-        for waiter in self.pending.values():
-            waiter.cancel()
+        for state in self.keys.values():
+            if state.waiter is not None:
+                state.waiter.cancel()
         for sleep in self.waits:
             sleep.cancel()
-        self.pending.clear()
+        self.keys.clear()  # nothing can be replayed any more; free the bodies
         self.waits.clear()
         if self._on_close is not None:
             self._on_close(self)
@@ -148,10 +194,29 @@ class ProxySession:
         if cost is not None:
             self.cost += cost
 
-    def record(self, turn: dict[str, Any], start: float) -> None:
-        """Keep one turn and put it on the rollout's trace."""
-        turn["turn"] = len(self.turns) + 1
+    def record(self, turn: dict[str, Any], start: float, state: _KeyState | None = None) -> None:
+        """Keep one turn and put it on the rollout's trace.
+
+        A retry of an idempotency key replaces that key's turn (its attempts appended
+        to the earlier ones) instead of adding another.
+        """
+        data = {k: v for k, v in turn.items() if k != "message"}
+        if state is not None and state.index is not None:
+            earlier = self.turns[state.index]
+            turn["attempts"] = earlier["attempts"] + turn["attempts"]
+            turn["turn"] = data["turn"] = earlier["turn"]
+            data["attempts"] = turn["attempts"]
+            self.turns[state.index] = turn
+            if state.step is not None:
+                state.step.content = turn.get("message")
+                state.step.data = data
+                state.step.end = time.time()
+            return
+        turn["turn"] = data["turn"] = len(self.turns) + 1
         self.turns.append(turn)
+        step = None
         if self.trace is not None:
-            data = {k: v for k, v in turn.items() if k != "message"}
-            self.trace.add("model_turn", turn.get("message"), start=start, **data)
+            step = self.trace.add("model_turn", turn.get("message"), start=start, **data)
+        if state is not None:
+            state.index = len(self.turns) - 1
+            state.step = step
