@@ -405,6 +405,24 @@ async def test_413_compacts_once_and_never_resends_the_same_bytes(
     assert len(bodies) == 2 and bodies[1] != bodies[0]
 
 
+async def test_413_compacts_a_long_answer_even_when_the_message_count_stays(
+    fake: FakeModelServer, client: ProviderAdapter
+) -> None:
+    # One long assistant answer becomes one checkpoint message: as many messages, but
+    # fewer bytes, so the rewrite is sent.
+    history = [
+        {"role": "user", "content": "task " * 50},
+        {"role": "assistant", "content": "long answer " * 500},
+        {"role": "user", "content": "continue"},
+    ]
+    fake.inject(Fault.status(413))
+    response = await client.complete(history)
+    assert [a.cause for a in response.attempts] == ["oversize", "ok"]
+    first, second = fake.requests
+    assert len(second.body) < len(first.body)
+    assert any(CHECKPOINT in str(m.get("content")) for m in second.messages)
+
+
 async def test_413_with_nothing_to_drop_is_payload_too_large(
     fake: FakeModelServer, client: ProviderAdapter
 ) -> None:

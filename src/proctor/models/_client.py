@@ -145,9 +145,10 @@ class ProviderAdapter(ABC):
         def classify(reply: Reply) -> Outcome:
             return self._classify(reply, require_tool_call, names if tools else None)
 
-        def shrink(request: Request) -> Request | None:
-            smaller = compact(request.messages, self.context or _COMPACT_413, force=True)
-            return build(smaller) if len(smaller) != len(request.messages) else None
+        def shrink(request: Request) -> Request:
+            # Compaction may keep the message count (one long answer folded into a
+            # checkpoint); the retrier sends the rewrite only if it is smaller in bytes.
+            return build(compact(request.messages, self.context or _COMPACT_413, force=True))
 
         retrier = Retrier(self.retry, self.clock, self._rng)
         started = self.clock.now()
