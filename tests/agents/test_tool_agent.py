@@ -211,6 +211,33 @@ async def test_a_model_error_fails_the_run_in_the_agent_phase(runtime: LocalRunt
         run = await rollout(chat(), ToolAgent(f"fake/m@{fake.url}"), runtime=runtime)
     assert run.status == "failed" and run.error is not None
     assert run.error.phase == "agent" and run.error.type == "ModelRequestError"
+    (turn,) = steps(run, "model_turn")
+    assert (turn.data["cause"], turn.data["status"]) == ("refused", 401)
+    assert [(a["cause"], a["status"]) for a in turn.data["attempts"]] == [("refused", 401)]
+
+
+async def test_a_failed_model_call_leaves_its_attempts_on_the_trace(
+    runtime: LocalRuntime,
+) -> None:
+    async with FakeModelServer() as fake:
+        fake.inject(Fault.status(429), Fault.reset(), times=1)
+        fake.inject(Fault.reset(), times=10)
+        client = fast_client(f"fake/m@{fake.url}")
+        try:
+            run = await rollout(chat(), ToolAgent(client), runtime=runtime)
+        finally:
+            await client.aclose()
+    assert run.status == "failed" and run.error is not None
+    assert run.error.type == "RetriesExhausted"
+    (turn,) = steps(run, "model_turn")
+    assert turn.content is None and turn.data["step"] == 1
+    assert turn.data["cause"] == "transport" and turn.data["status"] is None
+    assert turn.data["error"].startswith("RetriesExhausted: gave up after 10")
+    attempts = turn.data["attempts"]
+    assert [a["cause"] for a in attempts] == ["throttled", *["transport"] * 10]
+    assert attempts[0]["status"] == 429 and attempts[0]["wait"] > 0
+    (row,) = [s for s in run.to_dict()["trace"]["steps"] if s["kind"] == "model_turn"]
+    assert row["data"]["attempts"] == attempts  # in runs.jsonl too
 
 
 async def test_retries_are_visible_in_the_model_turn(runtime: LocalRuntime) -> None:

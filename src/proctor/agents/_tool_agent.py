@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .._errors import ModelError
 from ._tools import Tool, ToolResult, function_tool, run_tools
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ class ToolAgent:
     `stop_reason="max_steps"` and the last turn's text as the answer (still graded).
 
     A tool that raises or overruns `tool_timeout` becomes an error result and the loop
-    goes on; a `ModelError` propagates (the run fails in the agent phase). A task row's
+    goes on; a `ModelError` propagates (the run fails in the agent phase) after a
+    `model_turn` step with its `error`, `cause`, `status` and `attempts`. A task row's
     `agent_config` may override `max_steps`, `system_prompt` and `tool_timeout`.
 
     Args:
@@ -138,9 +140,24 @@ class ToolAgent:
         step: int,
     ) -> ModelResponse:
         t0 = time.time()
-        response = await client.complete(
-            messages, tools=specs, session_key=run.trace_id, **self.params
-        )
+        try:
+            response = await client.complete(
+                messages, tools=specs, session_key=run.trace_id, **self.params
+            )
+        except ModelError as exc:
+            # The run fails, but what was tried (attempts, waits, causes) stays visible.
+            run.trace.add(
+                "model_turn",
+                None,
+                start=t0,
+                step=step,
+                error=f"{type(exc).__name__}: {exc}",
+                cause=exc.cause,
+                status=exc.status,
+                attempts=[_as_dict(a) for a in exc.attempts],
+                messages=len(messages),
+            )
+            raise
         run.trace.add(
             "model_turn",
             response.message,
@@ -155,6 +172,12 @@ class ToolAgent:
             messages=len(messages),
         )
         return response
+
+
+def _as_dict(attempt: Any) -> Any:
+    """An `Attempt` as recorded in the trace (anything else as it is)."""
+    to_dict = getattr(attempt, "to_dict", None)
+    return to_dict() if callable(to_dict) else attempt
 
 
 def _opening(prompt: Any, system_prompt: str | None) -> list[dict[str, Any]]:
