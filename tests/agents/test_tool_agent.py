@@ -16,9 +16,6 @@ from proctor.models import (
     ContextPolicy,
     FakeClock,
     ModelClient,
-    ModelResponse,
-    ToolCall,
-    Usage,
     model_client,
 )
 from proctor.testing import FakeModelServer, FakeRequest, FakeToolCall, Fault, Reply
@@ -137,32 +134,19 @@ async def test_tool_failures_become_results_and_the_loop_goes_on(runtime: LocalR
     assert [t for t in fake.requests[0].tool_names] == ["shell", "boom", "slow"]
 
 
-class Scripted:
-    """A bare `ModelClient` (no HTTP): answers from a list of responses."""
-
-    model = "scripted"
-
-    def __init__(self, *calls: ToolCall) -> None:
-        self.turns = [[call] for call in calls] + [[]]
-
-    async def complete(self, messages: list[dict[str, Any]], **_: Any) -> ModelResponse:
-        calls = self.turns.pop(0)
-        message = {"role": "assistant", "content": None if calls else "pong"}
-        return ModelResponse(message, message["content"], calls, Usage(), None, self.model, None)
-
-    async def aclose(self) -> None:
-        """Nothing to release."""
-
-
-async def test_a_call_to_an_unknown_tool_gets_an_error_result(runtime: LocalRuntime) -> None:
-    # The provider adapters already retry such a response as malformed; any other
-    # ModelClient may pass it through.
-    client = Scripted(ToolCall("c1", "missing", {"x": 1}))
-    run = await rollout(chat(), ToolAgent(client), runtime=runtime)
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+async def test_a_call_to_an_unknown_tool_gets_an_error_result(
+    api: str, runtime: LocalRuntime
+) -> None:
+    async with FakeModelServer([Reply.tool("missing", x=1), "pong"]) as fake:
+        base = fake.origin if api == "messages" else fake.url
+        run = await rollout(chat(), ToolAgent(f"fake/m@{base}?api={api}"), runtime=runtime)
     assert run.reward == 1.0, run.error
     (result,) = steps(run, "tool_result")
     assert result.content == "unknown tool 'missing' (available: shell)"
     assert result.data["is_error"]
+    assert len(fake.requests) == 2  # told, not resent
+    assert fake.requests[1].messages[-1]["content"] == result.content
 
 
 async def test_parallel_calls_in_one_turn_are_answered_in_order(runtime: LocalRuntime) -> None:

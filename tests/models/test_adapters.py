@@ -353,13 +353,15 @@ async def test_missing_tool_calls_are_malformed_without_asking(
     assert response.tool_calls[0].name == "shell"
 
 
-async def test_a_call_to_an_unknown_tool_is_malformed(
-    replies: Replies, client: ProviderAdapter
+async def test_a_call_to_an_unknown_tool_is_returned_not_retried(
+    replies: Replies, fake: FakeModelServer, client: ProviderAdapter
 ) -> None:
+    # Resending the same history mostly gets the same call back; the caller answers it
+    # with a tool result instead (see ToolAgent).
     replies += [Reply.tool("rm_rf", path="/"), Reply.tool("shell", cmd="ls")]
-    response = await client.complete(TASK, tools=[SHELL])
-    assert response.attempts[0].error == "call to unknown tool 'rm_rf'"
-    assert response.tool_calls[0].name == "shell"
+    response = await client.complete(TASK, tools=[SHELL], require_tool_call=True)
+    assert [a.cause for a in response.attempts] == ["ok"] and len(fake.requests) == 1
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("rm_rf", {"path": "/"})]
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422])

@@ -43,10 +43,11 @@ class ToolAgent:
     `stop_reason="answer"`. After `max_steps` turns the loop stops with
     `stop_reason="max_steps"` and the last turn's text as the answer (still graded).
 
-    A tool that raises or overruns `tool_timeout` becomes an error result and the loop
-    goes on; a `ModelError` propagates (the run fails in the agent phase) after a
-    `model_turn` step with its `error`, `cause`, `status` and `attempts`. A task row's
-    `agent_config` may override `max_steps`, `system_prompt` and `tool_timeout`.
+    A call to a tool that does not exist, or one that raises or overruns `tool_timeout`,
+    becomes an error result the model reads, and the loop goes on. A `ModelError`
+    propagates (the run fails in the agent phase) after a `model_turn` step with its
+    `error`, `cause`, `status` and `attempts`. A task row's `agent_config` may override
+    `max_steps`, `system_prompt` and `tool_timeout`.
 
     Args:
         model: a `ModelClient`, or a model string (`"openai/gpt-4.1-mini"`) for which a

@@ -133,7 +133,6 @@ class ProviderAdapter(ABC):
         if self.context is not None:
             messages = compact(messages, self.context)
         merged = {**self.params, **params}
-        names = {t.name for t in tools}
         headers = self.session_headers(session_key)
 
         def build(history: list[Message]) -> Request:
@@ -143,7 +142,7 @@ class ProviderAdapter(ABC):
             return await self.send(request.body, headers)
 
         def classify(reply: Reply) -> Outcome:
-            return self._classify(reply, require_tool_call, names if tools else None)
+            return self._classify(reply, require_tool_call)
 
         def shrink(request: Request) -> Request:
             # Compaction may keep the message count (one long answer folded into a
@@ -155,7 +154,7 @@ class ProviderAdapter(ABC):
         reply = await retrier.run(attempt, build(messages), classify, shrink=shrink)
         return self._response(reply.json, retrier, self.clock.now() - started)
 
-    def _classify(self, reply: Reply, require_tool_call: bool, names: set[str] | None) -> Outcome:
+    def _classify(self, reply: Reply, require_tool_call: bool) -> Outcome:
         cause = classify_status(reply.status, reply.content)
         if cause != "ok":
             return Outcome(cause, reply.status, _error_text(reply), retry_after_from(reply.headers))
@@ -163,9 +162,9 @@ class ProviderAdapter(ABC):
             reply.json = orjson.loads(reply.content)
         except orjson.JSONDecodeError:
             return Outcome("malformed", reply.status, "response is not JSON")
-        problem = check_response(
-            self.api, reply.json, require_tool_call=require_tool_call, tool_names=names
-        )
+        # A call to a tool that does not exist is a well-formed answer: the caller tells
+        # the model so (as ToolAgent does), which works where resending would not.
+        problem = check_response(self.api, reply.json, require_tool_call=require_tool_call)
         return Outcome("malformed" if problem else "ok", reply.status, problem)
 
     def _response(self, body: Any, retrier: Retrier, latency: float) -> ModelResponse:

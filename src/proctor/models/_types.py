@@ -170,7 +170,8 @@ class ModelClient(Protocol):
 
         Args:
             messages: the history in chat shape.
-            tools: functions the model may call.
+            tools: functions the model may call. A call to any other name is returned
+                as it is, for the caller to answer (it is not a malformed response).
             require_tool_call: a response without a tool call is malformed (retried).
                 This only validates; pass `tool_choice` to make the model call one.
             session_key: a rollout-stable key for prompt caching and routing affinity.
