@@ -189,6 +189,27 @@ async def test_agent_config_overrides_the_agent_settings(runtime: LocalRuntime) 
     assert steps(run, "assistant")[-1].data["stop_reason"] == "max_steps"
 
 
+@pytest.mark.parametrize(
+    "config, problem",
+    [
+        ({"max_steps": 0}, "max_steps must be an integer >= 1, not 0"),
+        ({"max_steps": "3"}, "max_steps must be an integer >= 1, not '3'"),
+        ({"tool_timeout": -1}, "tool_timeout must be a positive number of seconds, not -1"),
+        ({"system_prompt": 7}, "system_prompt must be a string, not 7"),
+    ],
+)
+async def test_a_bad_agent_config_fails_the_run_with_a_clear_error(
+    config: dict[str, Any], problem: str, runtime: LocalRuntime
+) -> None:
+    task = Task(env="tool-agent-env", id="chat", agent_config=config)
+    async with FakeModelServer("pong") as fake:
+        run = await rollout(task, ToolAgent(f"fake/m@{fake.url}"), runtime=runtime)
+    assert run.status == "failed" and run.error is not None
+    assert (run.error.phase, run.error.type) == ("agent", "ValueError")
+    assert run.error.message == f"agent_config: {problem}"
+    assert fake.requests == []
+
+
 async def test_a_model_error_fails_the_run_in_the_agent_phase(runtime: LocalRuntime) -> None:
     async with FakeModelServer(["only one reply"]) as fake:
         fake.inject(Fault.status(401, message="bad key"))
@@ -296,8 +317,10 @@ async def test_a_model_client_given_is_not_closed_by_the_agent(runtime: LocalRun
 
 
 def test_tools_and_settings_are_checked_up_front() -> None:
-    with pytest.raises(ValueError, match="max_steps"):
+    with pytest.raises(ValueError, match="max_steps must be an integer >= 1, not 0"):
         ToolAgent("fake/m@http://127.0.0.1:9/v1", max_steps=0)
+    with pytest.raises(ValueError, match="tool_timeout must be a positive number"):
+        ToolAgent("fake/m@http://127.0.0.1:9/v1", tool_timeout=0)
 
     def size(text: str) -> int:
         return len(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -30,6 +31,20 @@ class _Settings:
     max_steps: int
     system_prompt: str | None
     tool_timeout: float
+
+    def __post_init__(self) -> None:
+        steps, timeout = self.max_steps, self.tool_timeout
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"max_steps must be an integer >= 1, not {steps!r}")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ValueError(f"tool_timeout must be a positive number of seconds, not {timeout!r}")
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise ValueError(f"system_prompt must be a string, not {self.system_prompt!r:.80}")
 
 
 class ToolAgent:
@@ -71,8 +86,6 @@ class ToolAgent:
         context: ContextPolicy | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
         self.model = model
         self.settings = _Settings(max_steps, system_prompt, tool_timeout)
         self.tools = [t if isinstance(t, Tool) else function_tool(t) for t in tools]
@@ -105,13 +118,21 @@ class ToolAgent:
             _finish(run, response, "max_steps", settings.max_steps)
 
     def _settings(self, run: Run) -> _Settings:
+        """The settings with the task row's `agent_config` over them.
+
+        Raises:
+            ValueError: an override is out of range or of the wrong type.
+        """
         base = self.settings
         overrides = run.task.agent_config or {}
-        return _Settings(
-            int(overrides.get("max_steps", base.max_steps)),
-            overrides.get("system_prompt", base.system_prompt),
-            float(overrides.get("tool_timeout", base.tool_timeout)),
-        )
+        try:
+            return _Settings(
+                overrides.get("max_steps", base.max_steps),
+                overrides.get("system_prompt", base.system_prompt),
+                overrides.get("tool_timeout", base.tool_timeout),
+            )
+        except ValueError as exc:
+            raise ValueError(f"agent_config: {exc}") from None
 
     async def _client(self, stack: AsyncExitStack) -> ModelClient:
         if not isinstance(self.model, str):
