@@ -1,8 +1,9 @@
-"""Serve an environment on one TCP port: `python -m proctor.serve SOURCE [--env NAME]`.
+"""Serve an environment: `python -m proctor.serve SOURCE [--env NAME] [--unix PATH]`.
 
 Runs the initialize hooks, binds, prints exactly `PROCTOR_SERVE_PORT=<port>` on stdout
 (flushed), serves until SIGTERM or SIGINT, then cancels every task, runs the shutdown
-hooks and exits.
+hooks and exits. With `--unix PATH` it listens on that Unix socket instead of a TCP port
+and prints `PROCTOR_SERVE_UNIX=<path>`; the socket file is removed on exit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 
@@ -22,10 +24,16 @@ from .env._environment import Environment
 __all__ = ["main", "serve"]
 
 PORT_PREFIX = "PROCTOR_SERVE_PORT="
+UNIX_PREFIX = "PROCTOR_SERVE_UNIX="
 
 
 def _announce(port: int) -> None:
     sys.stdout.write(f"{PORT_PREFIX}{port}\n")
+    sys.stdout.flush()
+
+
+def _announce_unix(path: str) -> None:
+    sys.stdout.write(f"{UNIX_PREFIX}{path}\n")
     sys.stdout.flush()
 
 
@@ -34,11 +42,16 @@ async def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
+    unix: str | socket.socket | None = None,
     token: str | None = None,
     park_ttl: float = DEFAULT_PARK_TTL,
     announce: Callable[[int], None] = _announce,
+    announce_unix: Callable[[str], None] = _announce_unix,
 ) -> None:
-    """Start `env`, bind, announce the port, and serve until SIGTERM/SIGINT.
+    """Start `env`, bind, announce the address, and serve until SIGTERM/SIGINT.
+
+    With `unix` (a path, or a listening Unix socket to adopt) the server listens there
+    instead of on `host:port`, and `announce_unix` gets the path.
 
     Raises:
         OSError: the address cannot be bound (after the shutdown hooks ran).
@@ -51,8 +64,13 @@ async def serve(
     await env.start()
     server = Server(env, token=token, park_ttl=park_ttl)
     try:
-        _, bound = await server.listen(host, port)
-        announce(bound)
+        if isinstance(unix, str):
+            announce_unix(await server.listen_unix(unix))
+        elif unix is not None:
+            announce_unix(await server.listen_unix(sock=unix))
+        else:
+            _, bound = await server.listen(host, port)
+            announce(bound)
         await stop.wait()
     finally:
         try:
@@ -72,6 +90,16 @@ def _announce_json(host: str, env: Environment) -> Callable[[int], None]:
     return announce
 
 
+def _announce_unix_json(env: Environment) -> Callable[[str], None]:
+    def announce(path: str) -> None:
+        _announce_unix(path)
+        info = {"url": f"unix://{path}", "path": path, "env": env.name, "version": env.version}
+        sys.stdout.write(json.dumps(info) + "\n")
+        sys.stdout.flush()
+
+    return announce
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m proctor.serve`."""
     parser = argparse.ArgumentParser(prog="python -m proctor.serve")
@@ -80,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument(
+        "--unix", default=None, metavar="PATH", help="listen on this Unix socket instead"
+    )
+    parser.add_argument(
         "--token-env",
         default=None,
         help="name of the environment variable holding the shared token",
@@ -87,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--park-ttl", type=float, default=DEFAULT_PARK_TTL)
     args = parser.parse_args(argv)
     return run_server(
-        args.source, args.env_name, args.host, args.port, args.token_env, args.park_ttl
+        args.source,
+        args.env_name,
+        args.host,
+        args.port,
+        args.token_env,
+        args.park_ttl,
+        unix=args.unix,
     )
 
 
@@ -99,10 +136,12 @@ def run_server(
     token_env: str | None,
     park_ttl: float = DEFAULT_PARK_TTL,
     json_out: bool = False,
+    unix: str | None = None,
 ) -> int:
     """Load and serve a source; print one clear line and return 1 on a user error.
 
-    With `json_out`, a JSON line `{url, host, port, env, version}` follows the port line.
+    With `json_out`, a JSON line `{url, host, port, env, version}` follows the port line
+    (`{url, path, env, version}` after the Unix socket line when serving on `unix`).
     """
     from ._loader import find_environment
 
@@ -114,15 +153,24 @@ def run_server(
             return 1
     try:
         env = find_environment(source, env_name)
-        announce = _announce_json(host, env) if json_out else _announce
         asyncio.run(
-            serve(env, host=host, port=port, token=token, park_ttl=park_ttl, announce=announce)
+            serve(
+                env,
+                host=host,
+                port=port,
+                unix=unix,
+                token=token,
+                park_ttl=park_ttl,
+                announce=_announce_json(host, env) if json_out else _announce,
+                announce_unix=_announce_unix_json(env) if json_out else _announce_unix,
+            )
         )
     except ProctorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        where = f"unix://{unix}" if unix else f"{host}:{port}"
+        print(f"error: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -394,7 +394,7 @@ def _remote_error(err: Any) -> ChannelError:
 
 
 def dialer_for(target: str | Server) -> tuple[Dialer, str]:
-    """A dialer and a display URL for `tcp://host:port` or an in-process `Server`."""
+    """A dialer and a display URL for `tcp://host:port`, `unix:///path` or a `Server`."""
     from ._server import Server
 
     if isinstance(target, Server):
@@ -405,8 +405,12 @@ def dialer_for(target: str | Server) -> tuple[Dialer, str]:
 
         return dial_memory, f"memory://{server.env.name}"
     scheme = urlsplit(target).scheme if "://" in target else "tcp"
+    if scheme == "unix":
+        return _unix_dialer(target)
     if scheme not in ("tcp", "hud", "proctor"):
-        raise ConnectError(f"{target}: unsupported scheme {scheme!r} (use tcp://host:port)")
+        raise ConnectError(
+            f"{target}: unsupported scheme {scheme!r} (use tcp://host:port or unix:///path)"
+        )
     try:
         host, port = host_port(target)
     except ValueError as exc:
@@ -420,6 +424,19 @@ def dialer_for(target: str | Server) -> tuple[Dialer, str]:
     return dial_tcp, f"tcp://{host}:{port}"
 
 
+def _unix_dialer(target: str) -> tuple[Dialer, str]:
+    parts = urlsplit(target)
+    if parts.netloc or not parts.path.startswith("/") or parts.query or parts.fragment:
+        raise ConnectError(f"{target}: a Unix socket URL is unix:///absolute/path")
+    path = parts.path
+
+    async def dial_unix(factory: Callable[[], StreamProtocol]) -> asyncio.Transport:
+        transport, _ = await asyncio.get_running_loop().create_unix_connection(factory, path)
+        return transport
+
+    return dial_unix, f"unix://{path}"
+
+
 @contextlib.asynccontextmanager
 async def connect(
     target: str | Server,
@@ -431,7 +448,8 @@ async def connect(
     """Connect and say hello, retrying until the server answers; close on exit.
 
     Args:
-        target: `tcp://host:port`, or an in-process `Server` (no socket at all).
+        target: `tcp://host:port`, `unix:///path` (a Unix socket), or an in-process
+            `Server` (no socket at all).
         ready_timeout: how long to keep retrying connect + hello.
         token: shared secret for servers bound beyond loopback.
         session_id: resume this parked session instead of starting a fresh one.

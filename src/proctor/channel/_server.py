@@ -1,4 +1,4 @@
-"""The control channel server: sessions, parking, tunnels, on TCP or in memory.
+"""The control channel server: sessions, parking, tunnels, on TCP, Unix sockets or in memory.
 
 One `Server` serves one `Environment`. Every connection is a `_Connection` protocol
 whose first frame picks its kind: `tunnel.open` splices raw bytes to a declared
@@ -13,7 +13,10 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import os
 import secrets
+import socket
+import stat
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -74,6 +77,7 @@ class Server:
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
         self._tcp: tuple[str, int] | None = None
+        self._unix_paths: list[str] = []
 
     # -- transports ---------------------------------------------------------------
 
@@ -91,6 +95,35 @@ class Server:
         self._listeners.append(listener)
         bound = listener.sockets[0].getsockname()
         return bound[0], bound[1]
+
+    async def listen_unix(
+        self, path: str | None = None, *, sock: socket.socket | None = None
+    ) -> str:
+        """Serve on a Unix socket and return its path: bind `path` or adopt `sock`.
+
+        A stale socket file at `path` is replaced, and `aclose()` removes the file this
+        call bound. No token is needed: the file's permissions decide who may connect.
+
+        Raises:
+            ValueError: neither or both of `path` and `sock` given.
+            OSError: the path cannot be bound.
+        """
+        if (path is None) == (sock is None):
+            raise ValueError("listen_unix takes a path or a listening socket, not both")
+        loop = asyncio.get_running_loop()
+        if sock is not None:
+            listener = await loop.create_unix_server(lambda: _Connection(self), sock=sock)
+            bound = str(sock.getsockname())
+        else:
+            assert path is not None
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)  # a socket left by a server that died
+            listener = await loop.create_unix_server(lambda: _Connection(self), path=path)
+            bound = path
+            self._unix_paths.append(path)
+        self._listeners.append(listener)
+        return bound
 
     async def tcp_address(self) -> tuple[str, int]:
         """A loopback address for this server, binding one listener on first use."""
@@ -119,6 +152,9 @@ class Server:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         for listener in self._listeners:
             await listener.wait_closed()
+        for path in self._unix_paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     # -- shared state ---------------------------------------------------------------
 
