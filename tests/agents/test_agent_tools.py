@@ -56,6 +56,8 @@ def check_tools(seen: dict[str, Any]) -> int:
         "oops",
     )
     assert seen["slow"].content.startswith("exit code: -9 (timed out")
+    assert seen["slow"].is_error  # killed at its deadline: it failed
+    assert not seen["shell"].is_error  # exit 2 is what the command had to say
     assert seen["empty"].is_error
     assert int(pid) == seen["mcp_pid"]  # the shell and the MCP server share the substrate
     return int(pid)

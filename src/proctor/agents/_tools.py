@@ -123,7 +123,7 @@ def shell_tool(client: ShellClient, *, name: str = "shell", description: str | N
         command = arguments.get("command")
         if not isinstance(command, str) or not command.strip():
             return ToolResult("`command` must be a non-empty string", is_error=True)
-        return ToolResult(_format_shell(await client.run(command)))
+        return _shell_result(await client.run(command))
 
     return Tool(spec, call)
 
@@ -142,13 +142,19 @@ def command_tool(declaration: dict[str, Any], client: ShellClient) -> Tool:
 
     async def call(arguments: dict[str, Any]) -> ToolResult:
         stdin = orjson.dumps(arguments).decode()
-        return ToolResult(_format_shell(await client.run(command, stdin=stdin)))
+        return _shell_result(await client.run(command, stdin=stdin))
 
     return Tool(spec, call)
 
 
+def _shell_result(result: ShellResult) -> ToolResult:
+    """A command's result as the model reads it; a killed command is an error. (A non-zero
+    exit is not: it is often the answer, e.g. a failing test run.)"""
+    return ToolResult(_format_shell(result), is_error=result.timed_out)
+
+
 def _format_shell(result: ShellResult) -> str:
-    """A command's result as the model reads it."""
+    """A command's result as text."""
     lines = [f"exit code: {result.exit_code}"]
     if result.timed_out:
         lines[0] += " (timed out; the command was killed)"
