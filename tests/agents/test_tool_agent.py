@@ -134,6 +134,30 @@ async def test_tool_failures_become_results_and_the_loop_goes_on(runtime: LocalR
     assert [t for t in fake.requests[0].tool_names] == ["shell", "boom", "slow"]
 
 
+async def test_only_a_tool_that_kills_its_own_call_gets_time_past_the_timeout(
+    runtime: LocalRuntime,
+) -> None:
+    async def nap() -> str:
+        """Takes longer than the timeout, but less than the timeout plus any grace."""
+        await asyncio.sleep(0.8)
+        return "woke"
+
+    script = [
+        Reply.tool("nap"),
+        Reply.tool("shell", command="echo started; sleep 5"),
+        Reply(text="pong"),
+    ]
+    async with FakeModelServer(script) as fake:
+        agent = ToolAgent(f"fake/m@{fake.url}", tools=[nap], tool_timeout=0.3)
+        run = await rollout(chat(), agent, runtime=runtime)
+    assert run.reward == 1.0, run.error
+    napped, slept = steps(run, "tool_result")
+    assert (napped.content, napped.data["is_error"]) == ("tool 'nap' timed out after 0.3s", True)
+    # The shell server kills the command itself and says so, with its output so far.
+    assert slept.content.startswith("exit code: -9 (timed out; the command was killed)")
+    assert "started" in slept.content and slept.data["is_error"]
+
+
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 async def test_a_call_to_an_unknown_tool_gets_an_error_result(
     api: str, runtime: LocalRuntime

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ToolAgent"]
 
-# A tool that enforces its own deadline (the shell server kills the command) gets this
-# much longer, so its own, more informative, timeout result wins the race.
+# A tool that enforces its own deadline (`Tool.own_timeout`: the shell server kills the
+# command) gets this much longer, so its own, more informative, timeout result wins the
+# race. Any other tool is cut off at the timeout itself.
 _GRACE = 1.0
 
 
@@ -253,7 +254,7 @@ async def _outcome(
     if tool is None:
         known = ", ".join(tools) or "none"
         return ToolResult(f"unknown tool {call.name!r} (available: {known})", is_error=True)
-    deadline = asyncio.timeout(limit + _GRACE)
+    deadline = asyncio.timeout(limit + (_GRACE if tool.own_timeout else 0.0))
     try:
         async with deadline:
             return await tool(call.arguments)

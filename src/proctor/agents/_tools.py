@@ -59,10 +59,17 @@ ToolFn = Callable[[dict[str, Any]], Awaitable[ToolResult | str]]
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A function the model may call: its `spec` and the coroutine `fn(arguments)`."""
+    """A function the model may call: its `spec` and the coroutine `fn(arguments)`.
+
+    `own_timeout` says the tool ends a call that overruns on its own, with a more
+    telling result (a shell tool's server kills the command and reports its output);
+    `ToolAgent` then waits a moment past its timeout for that result. Other tools are
+    cut off at the timeout.
+    """
 
     spec: ToolSpec
     fn: ToolFn
+    own_timeout: bool = False
 
     @property
     def name(self) -> str:
@@ -125,7 +132,7 @@ def shell_tool(client: ShellClient, *, name: str = "shell", description: str | N
             return ToolResult("`command` must be a non-empty string", is_error=True)
         return _shell_result(await client.run(command))
 
-    return Tool(spec, call)
+    return Tool(spec, call, own_timeout=client.timeout is not None)
 
 
 def command_tool(declaration: dict[str, Any], client: ShellClient) -> Tool:
@@ -144,7 +151,7 @@ def command_tool(declaration: dict[str, Any], client: ShellClient) -> Tool:
         stdin = orjson.dumps(arguments).decode()
         return _shell_result(await client.run(command, stdin=stdin))
 
-    return Tool(spec, call)
+    return Tool(spec, call, own_timeout=client.timeout is not None)
 
 
 def _shell_result(result: ShellResult) -> ToolResult:
