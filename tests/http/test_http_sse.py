@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -65,6 +67,29 @@ def test_bom_split_across_feeds() -> None:
 def test_utf8_split_across_feeds() -> None:
     data = "data: héllo ☃\n\n".encode()
     assert parse(data[:8], data[8:]) == [SSEEvent(None, "héllo ☃")]
+
+
+def test_a_long_line_in_small_feeds_costs_about_what_one_feed_does() -> None:
+    # A multi-MB event (a big tool-call argument, a base64 image) arrives in socket-sized
+    # pieces. Re-joining the partial line on every feed made that quadratic: 4 MiB in
+    # 16 KiB feeds cost ~100 one-shot parses. Linear, it costs about one. (Compared with
+    # one feed of the same bytes on the same machine, so no absolute threshold.)
+    line = b"data: " + b"x" * (4 << 20)
+    stream = line + b"\n\n"
+    feeds = [stream[i : i + (16 << 10)] for i in range(0, len(stream), 16 << 10)]
+
+    def best(*pieces: bytes) -> float:
+        times = []
+        for _ in range(3):
+            parser = SSEParser()
+            start = time.perf_counter()
+            events = [e for piece in pieces for e in parser.feed(piece)]
+            times.append(time.perf_counter() - start)
+            assert len(events) == 1 and len(events[0].data) == len(line) - 6
+        return min(times)
+
+    chunked, whole = best(*feeds), best(stream)
+    assert chunked < 10 * whole, f"{len(feeds)} feeds: {chunked:.4f}s, one feed: {whole:.4f}s"
 
 
 def test_format_sse() -> None:

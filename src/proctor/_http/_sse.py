@@ -33,7 +33,9 @@ class SSEParser:
     __slots__ = ("_after_cr", "_data", "_event", "_id", "_partial", "_started", "retry")
 
     def __init__(self) -> None:
-        self._partial = b""
+        # The unfinished last line, as the pieces it came in: joined once its line end
+        # arrives, so a long line fed in small pieces costs linear time, not quadratic.
+        self._partial: list[bytes] = []
         self._after_cr = False
         self._started = False
         self._data: list[str] = []
@@ -48,19 +50,27 @@ class SSEParser:
         if not data:
             return []
         self._after_cr = data[-1:] == b"\r"
-        if self._partial:
-            data = self._partial + data
         if not self._started:
+            if self._partial:  # the first bytes of a BOM, at most two
+                data = self._partial.pop() + data
             if len(data) < 3 and _BOM.startswith(data):
-                self._partial = data
+                self._partial.append(data)
                 return []
             self._started = True
             if data.startswith(_BOM):
                 data = data[3:]
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n" not in data:
+            if data:
+                self._partial.append(data)
+            return []
         lines = data.split(b"\n")
-        self._partial = lines.pop()
+        if self._partial:
+            self._partial.append(lines[0])
+            lines[0] = b"".join(self._partial)
+        tail = lines.pop()
+        self._partial = [tail] if tail else []
         events: list[SSEEvent] = []
         for line in lines:
             if line:
