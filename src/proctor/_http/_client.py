@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 
 from .._errors import HttpConnectError, HttpReadError, HttpTimeout
+from .._reads import BufferedReads
 from ._headers import Headers, HeaderSource, as_pairs
 from ._parse import (
     CloseReader,
@@ -27,7 +28,6 @@ from ._parse import (
     encode_head,
     parse_response_head,
 )
-from ._reads import BufferedReads
 
 if TYPE_CHECKING:
     import ssl

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from .._reads import BufferedReads
 from ._headers import Headers, HeaderSource, as_pairs
 from ._parse import (
     ChunkedDecoder,
@@ -30,7 +31,6 @@ from ._parse import (
     encode_head,
     parse_request_head,
 )
-from ._reads import BufferedReads
 
 if TYPE_CHECKING:
     from ssl import SSLContext
