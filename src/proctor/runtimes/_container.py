@@ -1,0 +1,488 @@
+"""`ContainerRuntime`: each rollout's environment in its own container (podman or docker)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._errors import RuntimeLaunchError
+from ._base import Endpoint, Provider
+
+if TYPE_CHECKING:
+    from ..tasks._task import Task
+
+__all__ = ["ContainerRuntime", "Engine", "resolve_engine"]
+
+log = logging.getLogger("proctor.runtimes.container")
+
+Engine = Literal["podman", "docker"]
+
+SOCKET_DIR = "/run/proctor"
+"""Where a container on `network="none"` finds the folder its Unix socket goes in."""
+SOCKET = f"{SOCKET_DIR}/env.sock"
+DEFAULT_ULIMITS: Mapping[str, int | tuple[int, int]] = {"nofile": 1024, "nproc": 4096}
+_ANNOUNCE = re.compile(rb"^(PROCTOR_SERVE_PORT|HUD_SERVE_PORT|PROCTOR_SERVE_UNIX)=(.*)$")
+_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+_MEMORY = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
+_TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
+_MAX_UNIX_PATH = 107  # bytes in a Unix socket path (sun_path less its NUL)
+_CLI_TIMEOUT = 60.0  # seconds an engine command (rm, ps, port) may take
+
+
+def resolve_engine(engine: Engine | None = None) -> list[str]:
+    """The engine CLI to run: `engine`, or podman, else docker, found on `PATH`.
+
+    Raises:
+        ValueError: `engine` is not "podman", "docker" or None.
+        RuntimeLaunchError: no such CLI is installed.
+    """
+    if engine not in (None, "podman", "docker"):
+        raise ValueError(f"engine must be 'podman', 'docker' or None, not {engine!r}")
+    for name in [engine] if engine else ["podman", "docker"]:
+        path = shutil.which(name)
+        if path:
+            return [path]
+    raise RuntimeLaunchError(f"no container engine: {engine or 'podman or docker'} not on PATH")
+
+
+class ContainerRuntime(Provider):
+    """Serve each rollout's environment in its own container, removed at teardown.
+
+    The container runs `python -m proctor.serve SOURCE` (or `command`) from `image`,
+    and is ready when it prints where it serves on stdout. With `network="none"` (the
+    default) it has no network at all: it serves on a Unix socket in a private folder
+    of this machine mounted at `/run/proctor` (`$PROCTOR_SOCKET` in the container),
+    and the endpoint is `unix:///...` on that folder. With a named network (such as
+    "bridge") it serves on `port` with a fresh token (`$PROCTOR_TOKEN`), published on
+    127.0.0.1 only; such a container reaches whatever that network reaches, so keep
+    untrusted code on "none". A `command` must do the same and print
+    `PROCTOR_SERVE_UNIX=<path>` or `PROCTOR_SERVE_PORT=<port>` (`HUD_SERVE_PORT=`) when
+    it serves.
+
+    Containers run with every capability dropped and `no-new-privileges`, and are never
+    pulled: build or load the image first (`python_image()` makes one of this
+    interpreter and proctor, no registry needed). Every container carries the labels
+    `proctor.batch` (this runtime's `batch`) and `proctor.rollout`; leaving
+    `async with runtime` or calling `reconcile()` removes any the batch left behind,
+    including after a crash. A task's `runtime_config` may name its own `image` and
+    `resources`.
+
+    Args:
+        image: image to run (default: the task's `runtime_config["image"]`).
+        source: environment source path inside the image, for `proctor.serve`.
+        command: a full command instead of `python -m proctor.serve SOURCE`.
+        env_name: which environment to serve when the source defines several.
+        engine: "podman" or "docker"; default: podman if installed, else docker.
+        network: "none", or the network to publish `port` from.
+        port: the container port the server listens on, off "none".
+        env: environment variables for the container (kept off command lines).
+        mounts: bind mounts, `HOST:CONTAINER[:ro|rw]`.
+        resources: default limits, `{"cpus": 1.5, "memory": "512m", "pids": 256}`;
+            a task's `runtime_config["resources"]` overrides them key by key.
+        batch: the `proctor.batch` label (default: a fresh id per runtime).
+        labels: more labels for every container.
+        oci_runtime: OCI runtime for the engine (`--runtime`, e.g. /usr/sbin/runc).
+        ulimits: per-container limits (soft, or (soft, hard)); the engines' own
+            defaults can exceed what the host allows.
+        args: more options for `run`, before the image.
+        startup_timeout: seconds to wait for the server's announcement.
+        stop_timeout: seconds between SIGTERM and SIGKILL at teardown.
+
+    Raises:
+        ValueError: an argument is malformed (the message names it).
+        RuntimeLaunchError: no such engine is installed.
+    """
+
+    def __init__(
+        self,
+        image: str | None = None,
+        source: str | None = None,
+        *,
+        command: Sequence[str] | None = None,
+        env_name: str | None = None,
+        engine: Engine | None = None,
+        network: str = "none",
+        port: int = 8000,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[str] = (),
+        resources: Mapping[str, Any] | None = None,
+        batch: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        oci_runtime: str | None = None,
+        ulimits: Mapping[str, int | tuple[int, int]] = DEFAULT_ULIMITS,
+        args: Sequence[str] = (),
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 5.0,
+    ) -> None:
+        if source is not None and command is not None:
+            raise ValueError("ContainerRuntime takes a source or a command, not both")
+        if network == "host" or not _NAME.match(network):
+            raise ValueError(f"network must be 'none' or a network name, not {network!r}")
+        if not 0 < port < 65536:
+            raise ValueError(f"port must be 1-65535, not {port}")
+        if batch is not None and not _NAME.match(batch):
+            raise ValueError(f"batch must be letters, digits, '_', '.', '-': {batch!r}")
+        self.image = image
+        self.source = source
+        self.command = list(command) if command is not None else None
+        self.env_name = env_name
+        self.engine = engine
+        self.network = network
+        self.port = port
+        self.env = dict(env or {})
+        self.mounts = [_mount(m) for m in mounts]
+        self.resources = _resources(resources or {})
+        self.batch = batch or secrets.token_hex(6)
+        self.labels = dict(labels or {})
+        self.oci_runtime = oci_runtime
+        self.ulimits = {k: v if isinstance(v, tuple) else (v, v) for k, v in ulimits.items()}
+        self.args = list(args)
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self._exe = resolve_engine(engine)
+
+    def __repr__(self) -> str:
+        return f"ContainerRuntime({self.image!r}, batch={self.batch!r})"
+
+    def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
+        return self._endpoint(task)
+
+    async def __aenter__(self) -> ContainerRuntime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.reconcile()
+
+    @property
+    def engine_name(self) -> str:
+        """The engine CLI in use ("podman" or "docker")."""
+        return Path(self._exe[0]).name
+
+    def _argv(self, task: Task, name: str, rollout: str, socket_dir: str | None) -> list[str]:
+        """The `run` command line for one rollout's container."""
+        config = task.runtime_config or {}
+        image = config.get("image", self.image)
+        if not isinstance(image, str) or not image:
+            raise ValueError(f"no image for task {task.slug!r}: pass image= or runtime_config")
+        if self.command is None and self.source is None:
+            raise ValueError("ContainerRuntime needs a source or a command")
+        argv = [*self._exe, "run", "--name", name, "--pull", "never", "--log-driver", "none"]
+        labels = {**self.labels, "proctor.batch": self.batch, "proctor.rollout": rollout}
+        argv += [f"--label={k}={v}" for k, v in labels.items()]
+        argv += ["--network", self.network, "--cap-drop", "ALL"]
+        argv += ["--security-opt", "no-new-privileges"]
+        if socket_dir is not None:
+            argv += ["-v", f"{socket_dir}:{SOCKET_DIR}", "--env=PROCTOR_SOCKET"]
+        else:
+            argv += ["-p", f"127.0.0.1::{self.port}", "--env=PROCTOR_TOKEN"]
+        argv += [f"--env={key}" for key in ["PYTHONUNBUFFERED", *self.env]]
+        for mount in self.mounts:
+            argv += ["-v", mount]
+        limits = {**self.resources, **_resources(config.get("resources") or {})}
+        for key, flag in (("cpus", "--cpus"), ("memory", "--memory"), ("pids", "--pids-limit")):
+            if key in limits:
+                argv += [flag, str(limits[key])]
+        argv += [f"--ulimit={k}={soft}:{hard}" for k, (soft, hard) in self.ulimits.items()]
+        if self.oci_runtime:
+            argv += ["--runtime", self.oci_runtime]
+        return [*argv, *self.args, image, *self._command(socket_dir is not None)]
+
+    def _command(self, unix: bool) -> list[str]:
+        if self.command is not None:
+            return self.command
+        assert self.source is not None
+        argv = ["python", "-m", "proctor.serve", self.source]
+        argv += ["--env", self.env_name] if self.env_name else []
+        if unix:
+            return [*argv, "--unix", SOCKET]
+        return [
+            *argv,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(self.port),
+            "--token-env",
+            "PROCTOR_TOKEN",
+        ]
+
+    @contextlib.asynccontextmanager
+    async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
+        container = _Container(self, task)
+        try:
+            yield await container.start()
+        finally:
+            await container.stop()
+
+    async def reconcile(self, labels: Mapping[str, str | None] | None = None) -> list[str]:
+        """Remove every container carrying `labels` (default: this runtime's batch).
+
+        A label given as None matches any value: `{"proctor.batch": None}` removes
+        the containers of every proctor batch on this engine. For cleanup after a crash,
+        `ContainerRuntime(batch=OLD).reconcile()` or pass the labels.
+
+        Returns:
+            The ids of the containers removed.
+
+        Raises:
+            ValueError: `labels` is empty (that would match every container).
+            RuntimeLaunchError: the engine failed.
+        """
+        labels = {"proctor.batch": self.batch} if labels is None else dict(labels)
+        if not labels:
+            raise ValueError("reconcile needs at least one label to match")
+        filters = [
+            f"--filter=label={k}" + ("" if v is None else f"={v}") for k, v in labels.items()
+        ]
+        code, out, err = await _cli([*self._exe, "ps", "-a", "-q", *filters])
+        if code != 0:
+            raise RuntimeLaunchError(f"{self.engine_name} ps: {err.strip()}")
+        ids = out.split()
+        if ids:
+            code, _, err = await _cli([*self._exe, "rm", "-f", *self._now(), *ids])
+            if code != 0:
+                raise RuntimeLaunchError(f"{self.engine_name} rm: {err.strip()}")
+        batch = labels.get("proctor.batch")
+        if batch is not None and _NAME.match(batch):
+            for folder in _socket_dir(batch, "*").parent.glob(_socket_dir(batch, "*").name):
+                shutil.rmtree(folder, ignore_errors=True)
+        return ids
+
+    def _now(self) -> list[str]:
+        """`rm -f` options that kill without a grace period."""
+        return ["-t", "0"] if self.engine_name == "podman" else []
+
+    async def _remove(self, name: str, grace: float) -> bool:
+        """Stop (SIGTERM, SIGKILL after `grace` s) and remove a container; False if absent."""
+        if self.engine_name == "podman":
+            code, _, err = await _cli([*self._exe, "rm", "-f", "-t", f"{grace:.0f}", name])
+        else:
+            await _cli([*self._exe, "stop", "-t", f"{grace:.0f}", name])
+            code, _, err = await _cli([*self._exe, "rm", "-f", name])
+        if code == 0:
+            return True
+        if "no such container" in err.lower():
+            return False
+        raise RuntimeLaunchError(f"{self.engine_name} rm {name}: {err.strip()}")
+
+    async def _host_port(self, name: str) -> int:
+        """The 127.0.0.1 port published for the container's `port`."""
+        _, out, err = await _cli([*self._exe, "port", name, f"{self.port}/tcp"])
+        for line in out.splitlines():
+            host, _, port = line.strip().rpartition(":")
+            if host == "127.0.0.1" and port.isdigit():
+                return int(port)
+        raise RuntimeLaunchError(f"{self.engine_name} port {name}: no port on 127.0.0.1: {err}")
+
+
+class _Container:
+    """One rollout's container: run it attached, read its announcement, remove it."""
+
+    def __init__(self, spec: ContainerRuntime, task: Task) -> None:
+        self.spec = spec
+        self.task = task
+        self.rollout = secrets.token_hex(8)
+        self.name = f"proctor-{self.rollout}"
+        self.dir: str | None = None  # the Unix socket's folder on this machine
+        self.token = secrets.token_urlsafe(24)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.readers: list[asyncio.Task[None]] = []
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=20)
+        self.where: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def start(self) -> Endpoint:
+        """Run the container and wait for its announcement.
+
+        Raises:
+            RuntimeLaunchError: the engine failed, the container exited first or
+                stayed silent for `startup_timeout`.
+        """
+        spec = self.spec
+        env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+        if spec.network == "none":
+            folder = _socket_dir(spec.batch, self.rollout)
+            if len(f"{folder}/{Path(SOCKET).name}") > _MAX_UNIX_PATH:
+                raise RuntimeLaunchError(f"the socket path in {folder} is too long: set TMPDIR")
+            os.mkdir(folder, 0o700)
+            self.dir = str(folder)
+            env["PROCTOR_SOCKET"] = SOCKET
+        else:
+            env["PROCTOR_TOKEN"] = self.token
+        argv = spec._argv(self.task, self.name, self.rollout, self.dir)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RuntimeLaunchError(f"cannot start {argv[0]}: {exc}") from exc
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.readers = [
+            asyncio.create_task(self._read(self.proc.stdout, 1)),
+            asyncio.create_task(self._read(self.proc.stderr, 2)),
+        ]
+        try:
+            async with asyncio.timeout(spec.startup_timeout):
+                kind, _, value = (await self.where).partition(b"=")
+        except TimeoutError:
+            raise RuntimeLaunchError(
+                self._why(f"no announcement within {spec.startup_timeout:g}s")
+            ) from None
+        return await self._endpoint(kind, value.decode(errors="replace").strip())
+
+    async def _endpoint(self, kind: bytes, value: str) -> Endpoint:
+        if kind == b"PROCTOR_SERVE_UNIX":
+            if self.dir is None:
+                raise RuntimeLaunchError(self._why(f"a Unix socket {value} off network 'none'"))
+            inside = Path(value)
+            if inside.parent != Path(SOCKET_DIR):
+                raise RuntimeLaunchError(self._why(f"socket {value} is not in {SOCKET_DIR}"))
+            return Endpoint(f"unix://{self.dir}/{inside.name}")
+        if self.dir is not None:
+            raise RuntimeLaunchError(
+                self._why(
+                    f"announced port {value}, but network 'none' has no ports: "
+                    "serve on $PROCTOR_SOCKET"
+                )
+            )
+        if value != str(self.spec.port):
+            raise RuntimeLaunchError(self._why(f"serves port {value}, not {self.spec.port}"))
+        port = await self.spec._host_port(self.name)
+        return Endpoint(f"tcp://127.0.0.1:{port}", token=self.token)
+
+    async def _read(self, stream: asyncio.StreamReader, fd: int) -> None:
+        """Route one output stream: the announcement, then lines to the log."""
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # a line beyond the reader's limit: it was dropped
+                line = b"(a line too long to log)\n"
+            if not line:
+                break
+            line = line.rstrip(b"\n")
+            if fd == 1 and not self.where.done() and (match := _ANNOUNCE.match(line)):
+                self.where.set_result(match.group(0))
+                continue
+            if fd == 2:
+                self.tail.append(line[:_TAIL_LINE])
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("[%s %s] %s", self.name, fd, line.decode(errors="replace"))
+        if fd == 1 and not self.where.done():
+            await self._exited()
+
+    async def _exited(self) -> None:
+        """Stdout closed without an announcement: fail the start once stderr is read."""
+        assert self.proc is not None
+        code = await self.proc.wait()
+        await asyncio.gather(*self.readers[1:], return_exceptions=True)
+        if not self.where.done():
+            why = self._why(f"exited with code {code} before announcing where it serves")
+            self.where.set_exception(RuntimeLaunchError(why))
+
+    def _why(self, what: str) -> str:
+        tail = b"\n".join(self.tail).decode(errors="replace").strip()
+        where = f"{self.spec.engine_name} container {self.name}"
+        return f"{where}: {what}" + (f"\n--- stderr (last lines) ---\n{tail}" if tail else "")
+
+    async def stop(self) -> None:
+        """Remove the container (SIGTERM first), reap the client, delete the socket folder.
+
+        A client still creating the container when we give up is killed first, then
+        the container is removed again, so none is created after we looked.
+        """
+        spec, proc = self.spec, self.proc
+        if self.where.done() and not self.where.cancelled():
+            self.where.exception()  # a launch failure was raised already; mark it seen
+        try:
+            if proc is not None:
+                removed = False
+                if proc.returncode is None:
+                    removed = await spec._remove(self.name, spec.stop_timeout)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), spec.stop_timeout + 5)
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+                if not removed:
+                    await spec._remove(self.name, 0)
+        finally:
+            for reader in self.readers:
+                reader.cancel()
+            await asyncio.gather(*self.readers, return_exceptions=True)
+            if self.dir is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _socket_dir(batch: str, rollout: str) -> Path:
+    """The folder of one rollout's Unix socket on this machine."""
+    return Path(tempfile.gettempdir(), f"proctor-{batch}-{rollout}")
+
+
+def _mount(spec: str) -> str:
+    """Check a `HOST:CONTAINER[:ro|rw]` bind mount; the host path made absolute."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ValueError(f"a mount is HOST:CONTAINER[:ro|rw], not {spec!r}")
+    host, inside = os.path.abspath(parts[0]), parts[1]
+    if not os.path.exists(host):
+        raise ValueError(f"mount {spec!r}: {host} does not exist")
+    if not inside.startswith("/"):
+        raise ValueError(f"mount {spec!r}: the container path must be absolute")
+    return ":".join([host, *parts[1:]])
+
+
+def _resources(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """The limits a container applies (`cpus`, `memory`, `pids`), checked; others ignored."""
+    out: dict[str, Any] = {}
+    cpus = resources.get("cpus")
+    if cpus is not None:
+        if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
+            raise ValueError(f"resources.cpus must be a positive number, not {cpus!r}")
+        out["cpus"] = cpus
+    memory = resources.get("memory")
+    if memory is not None:
+        if isinstance(memory, bool) or not _MEMORY.match(str(memory)):
+            raise ValueError(f"resources.memory must be bytes or like '512m', not {memory!r}")
+        out["memory"] = memory
+    pids = resources.get("pids")
+    if pids is not None:
+        if isinstance(pids, bool) or not isinstance(pids, int) or pids <= 0:
+            raise ValueError(f"resources.pids must be a positive integer, not {pids!r}")
+        out["pids"] = pids
+    return out
+
+
+async def _cli(argv: list[str]) -> tuple[int, str, str]:
+    """Run an engine command to completion: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(_CLI_TIMEOUT):
+            out, err = await proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
