@@ -497,3 +497,19 @@ def test_cold_and_warm_sandboxes_run_on_uvloop() -> None:
         return rewards
 
     assert uvloop.run(main()) == [1.0, 1.0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="this user's runs take the unstaged path anyway")
+async def test_run_by_another_user_bwrap_binds_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a non-root user bwrap runs as that user and binds the paths itself: no mount
+    # helper, no nsenter. Exercised here by making root look like someone else (cold
+    # only: a bwrap run by root itself covers parts of /proc, which keeps the warm
+    # children from mounting their own; an unprivileged bwrap, the real case, does not).
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    async with SandboxRuntime(SOURCE) as runtime:
+        run = await rollout(probe_task("probe"), ECHO_PROMPT, runtime=runtime)
+        assert runtime._host is not None and runtime._host.helper is None
+    assert run.reward == 1.0, run.error
+    report = json.loads(run.prompt)
+    assert report["uid"] == SANDBOX_UID and report["cap_eff"] == "0000000000000000"
+    assert report["write"]["usr"] == "EROFS" and report["write"]["workdir"] == "ok"

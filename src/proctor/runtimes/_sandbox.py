@@ -98,6 +98,7 @@ LIMIT_KEYS = ("memory", "processes", "cpu_time", "wall_time")
 
 _TAIL = 20  # stderr lines quoted in a launch error
 _TAIL_LINE = 2000
+_MAX_LINE = 1 << 16
 _REAP = 5.0  # seconds to wait for a killed process to be gone
 _LAST_WORDS = 0.5  # seconds a dead process's pipes may still deliver its stderr
 _READY = b'{"ready": true}'
@@ -216,7 +217,7 @@ class SandboxRuntime(Provider):
         ctl = host.control_dir() if self.network == "none" else None
         info_r, info_w = os.pipe()
         try:
-            argv = host.argv(self, command, ctl=ctl, info_fd=info_w)
+            argv = host.argv(command, ctl=ctl, info_fd=info_w)
             await sandbox.proc.spawn(argv, pass_fds=(info_w,))
             os.close(info_w)
             info_w = -1
@@ -473,14 +474,10 @@ class _Host:
         return path
 
     def argv(
-        self,
-        runtime: SandboxRuntime,
-        command: list[str],
-        *,
-        ctl: Path | None,
-        info_fd: int | None = None,
+        self, command: list[str], *, ctl: Path | None, info_fd: int | None = None
     ) -> list[str]:
-        """The command line that runs `command` in a sandbox."""
+        """The command line that runs `command` in a sandbox (`ctl`: the sockets' folder)."""
+        runtime = self.runtime
         argv: list[str] = []
         if self.as_root:
             assert self.helper is not None and self.helper.pid is not None
@@ -541,7 +538,12 @@ async def _python_paths(runtime: SandboxRuntime) -> list[Path]:
             runtime.python, "-c", code, env=env, cwd="/",
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), runtime.startup_timeout)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), runtime.startup_timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise
     except (OSError, TimeoutError) as exc:
         raise RuntimeLaunchError(
             f"{runtime.python}: cannot inspect the interpreter: {exc}"
@@ -661,15 +663,15 @@ class _Proc(asyncio.SubprocessProtocol):
                 os.kill(pid, signal.SIGKILL)
 
     async def stop(self, grace: float) -> None:
-        """Close its stdin, wait `grace` for it to exit, kill it; always reap."""
+        """Close its stdin (if a pipe), give it `grace` to exit, kill it; always reap."""
         transport = self.transport
         try:
             if transport is not None and not self.exited.is_set():
                 stdin = transport.get_pipe_transport(0)
                 if stdin is not None:
                     stdin.close()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.exited.wait(), grace)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.exited.wait(), grace)
         finally:
             self.kill()
             if transport is not None:
@@ -683,6 +685,9 @@ class _Proc(asyncio.SubprocessProtocol):
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         *lines, self.partial[fd] = (self.partial[fd] + data).split(b"\n")
+        if len(self.partial[fd]) > _MAX_LINE:  # no newline in sight: pass it on in pieces
+            lines.append(self.partial[fd])
+            self.partial[fd] = b""
         for line in lines:
             self._line(fd, line)
 
@@ -795,7 +800,7 @@ class _Zygote:
         if runtime.env_name:
             command += ["--env", runtime.env_name]
         try:
-            argv = host.argv(runtime, command, ctl=self.sockets)
+            argv = host.argv(command, ctl=self.sockets)
             await self.proc.spawn(argv, pass_fds=(theirs.fileno(),))
         finally:
             theirs.close()
@@ -900,6 +905,9 @@ class _Forked:
                 self._fail(f"forked rollout failed: {msg['error']}")
             elif "ready" in msg and not self.announced.done():
                 self.announced.set_result(msg["ready"])
+            if self.announced.done():  # nothing more to hear: its code runs from now on
+                asyncio.get_running_loop().remove_reader(self.sock.fileno())
+                return
 
     def _fail(self, why: str) -> None:
         if not self.announced.done():
@@ -1144,14 +1152,22 @@ def _isolated(
     limits: Mapping[str, Any],
     network: Network,
 ) -> NoReturn:
-    """New namespaces, then a child that is the first process of the new pid namespace."""
+    """New namespaces, then a child that is the first process of the new pid namespace.
+
+    The child waits until its pidfd is on its way to the host (our exit closes `go`), so
+    nothing it runs can speak on the channel before that.
+    """
     try:
         _unshare(network)
+        wait, go = os.pipe()
         pid = os.fork()
     except BaseException as exc:
         _report(channel, {"error": f"cannot isolate the rollout: {exc}"})
         os._exit(1)
     if pid == 0:
+        os.close(go)
+        os.read(wait, 1)
+        os.close(wait)
         _rollout(env, channel, listener, limits, network)
     try:
         socket.send_fds(channel, [b'{"pid": true}'], [os.pidfd_open(pid)])
