@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RolloutTimeout, RuntimeLaunchError
 from ..channel._client import connect
@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from ..proxy import InterceptionProxy, Limits
     from ..runtimes._base import ProviderLike
     from ..tasks._task import Task
+    from ._ray_executor import RayExecutor
 
-__all__ = ["rollout", "run_taskset"]
+__all__ = ["execute", "rollout", "run_taskset"]
 
 log = logging.getLogger("proctor.engine")
 
@@ -65,9 +66,22 @@ async def rollout(
     Raises:
         asyncio.CancelledError: the rollout was cancelled (after its teardown).
     """
+    run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
+    return await execute(run, agent, runtime=runtime, timeout=timeout, proxy=proxy, limits=limits)
+
+
+async def execute(
+    run: Run,
+    agent: Agent,
+    *,
+    runtime: ProviderLike | None = None,
+    timeout: Timeouts | float | None = None,  # noqa: ASYNC109 - a Timeouts value
+    proxy: InterceptionProxy | None = None,
+    limits: Limits | None = None,
+) -> Run:
+    """`rollout()` on a `Run` the caller made (a distributed executor watches its phase)."""
     deadlines = Timeouts.of(timeout)
     provider = runtime if runtime is not None else default_runtime()
-    run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
     stack = AsyncExitStack()
     try:
         try:
@@ -183,6 +197,7 @@ async def run_taskset(
     name: str = "",
     proxy: InterceptionProxy | None = None,
     limits: Limits | None = None,
+    executor: Literal["local", "ray"] | RayExecutor = "local",
 ) -> Job:
     """Run every task `group` times and return the `Job`; never raises for a rollout.
 
@@ -190,17 +205,36 @@ async def run_taskset(
     placement is resolved once; at most `max_concurrent` rollouts run at a time. Runs
     land in `job.runs` in expansion order; `on_run` hears each as it finishes. With a
     `proxy`, each rollout gets its own session on it (budgets `limits`).
+
+    `executor="local"` runs every agent loop in this event loop; `"ray"` (or a
+    `RayExecutor` for its options) runs them on Ray workers across a cluster, which
+    need the agent and `runtime` to be picklable; `proxy` is not supported there.
+
+    Raises:
+        ValueError: a bad count or executor, or a `proxy` with `executor="ray"`.
+        RuntimeLaunchError: `executor="ray"` could not reach Ray or start a shard.
     """
     group = 1 if group is None else group
     if group < 1:
         raise ValueError("group must be >= 1")
     if max_concurrent is not None and max_concurrent < 1:
         raise ValueError("max_concurrent must be >= 1")
+    distributed = _executor(executor)
+    if distributed is not None and proxy is not None:
+        raise ValueError("proxy= serves agents in this process; executor='ray' cannot use it")
     job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
     pairs = [(task, gid) for task in tasks for gid in [uuid.uuid4().hex] for _ in range(group)]
     provider = runtime if runtime is not None else default_runtime()
     results: list[Run | None] = [None] * len(pairs)
     cursor = iter(enumerate(pairs))
+
+    def finished(i: int, run: Run) -> None:
+        results[i] = run
+        if on_run is not None:
+            try:
+                on_run(run)
+            except Exception:  # a broken progress callback must not sink the batch
+                log.exception("on_run callback failed for %s", run.slug)
 
     async def worker() -> None:
         for i, (task, gid) in cursor:
@@ -214,21 +248,40 @@ async def run_taskset(
                 proxy=proxy,
                 limits=limits,
             )
-            results[i] = run
-            if on_run is not None:
-                try:
-                    on_run(run)
-                except Exception:  # a broken progress callback must not sink the batch
-                    log.exception("on_run callback failed for %s", run.slug)
+            finished(i, run)
 
     workers = min(max_concurrent or len(pairs), len(pairs))
     try:
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(workers):
-                tg.create_task(worker())
+        if distributed is not None:
+            await distributed.run(
+                pairs,
+                agent,
+                runtime=provider,
+                job_id=job.id,
+                timeout=rollout_timeout,
+                max_concurrent=max_concurrent,
+                finished=finished,
+            )
+        else:
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(workers):
+                    tg.create_task(worker())
     finally:
         job.runs.extend(r for r in results if r is not None)
     return job
+
+
+def _executor(executor: object) -> RayExecutor | None:
+    """None for the local executor, else the `RayExecutor` to use."""
+    if executor == "local":
+        return None
+    from ._ray_executor import RayExecutor
+
+    if executor == "ray":
+        return RayExecutor()
+    if isinstance(executor, RayExecutor):
+        return executor
+    raise ValueError(f"executor must be 'local', 'ray' or a RayExecutor, not {executor!r}")
 
 
 def default_runtime() -> ProviderLike:

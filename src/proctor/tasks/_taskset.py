@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import orjson
 from pydantic import ValidationError
@@ -23,6 +23,7 @@ from ._task import Task
 if TYPE_CHECKING:
     from ..agents._agent import Agent
     from ..engine import Job, Timeouts
+    from ..engine._ray_executor import RayExecutor
     from ..proxy import InterceptionProxy, Limits
     from ..runtimes._base import ProviderLike
 
@@ -197,6 +198,7 @@ class Taskset:
         rollout_timeout: Timeouts | float | None = None,
         proxy: InterceptionProxy | None = None,
         limits: Limits | None = None,
+        executor: Literal["local", "ray"] | RayExecutor = "local",
     ) -> Job:
         """Run every row with `agent` and collect the results.
 
@@ -217,6 +219,7 @@ class Taskset:
             rollout_timeout=rollout_timeout,
             proxy=proxy,
             limits=limits,
+            executor=executor,
         )
 
 

@@ -1,0 +1,401 @@
+"""`RayExecutor`: a taskset's agent loops spread over a Ray cluster.
+
+Ray is imported only when a job runs; install it with `pip install 'proctor[ray]'`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from .._errors import RolloutError, RuntimeLaunchError
+from ..runtimes._ray import connect_ray, placement
+from ._rollout import execute
+from ._run import Run
+from ._timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from ..agents._agent import Agent
+    from ..runtimes._base import ProviderLike
+    from ..tasks._task import Task
+
+__all__ = ["RayExecutor", "WorkerLost"]
+
+log = logging.getLogger("proctor.engine.ray")
+
+_CLOSE = 30.0  # seconds a shard gets to tear its rollouts and runtime down at the end
+_Pairs = Sequence[tuple["Task", str]]
+
+
+class WorkerLost(RolloutError):
+    """The Ray worker running a rollout died (its process or its node) mid-rollout."""
+
+
+class RayExecutor:
+    """Run a job's rollouts, agent loops included, on Ray actors across a cluster.
+
+    Each shard is an async actor holding the agent and the runtime (shipped once,
+    pickled). It runs up to `concurrency` whole rollouts at once (provision, agent,
+    grade, teardown), streaming back each phase once it has lasted `settle` seconds,
+    then the `Run`, so runs reach the driver's job as they finish. A shard takes a new
+    rollout only when one of its own ends; when a shard dies, the rollouts it had in
+    flight fail with `WorkerLost` in the last phase it reported, and the rest of the
+    job goes on on the shards left. A runtime that is an async context manager is entered once per
+    shard for the whole job (a warm pool per node, say).
+
+    Args:
+        address: the cluster, when this process is not connected yet
+            (`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup).
+        shards: how many shard actors (default: one per live node that can hold one),
+            assigned to those nodes in turn.
+        concurrency: rollouts each shard runs at a time.
+        resources: what each shard reserves, keyed as in `RayRuntime` (default: no
+            CPU, so shards never crowd out the environments' own actors).
+        startup_timeout: seconds for the shards to be placed and ready.
+        settle: seconds a phase must last before its shard reports it; a worker that
+            dies sooner after a change is reported in the phase before. 0 reports every
+            change, at about 0.5 ms of driver CPU each (a fast rollout has six).
+
+    Raises:
+        ValueError: a count is below 1, `settle` is negative, or `resources` is
+            malformed.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        shards: int | None = None,
+        concurrency: int = 32,
+        resources: Mapping[str, Any] | None = None,
+        startup_timeout: float = 60.0,
+        settle: float = 0.05,
+    ) -> None:
+        if shards is not None and shards < 1:
+            raise ValueError("shards must be >= 1")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if not settle >= 0:
+            raise ValueError("settle must be >= 0 seconds")
+        self.address = address
+        self.shards = shards
+        self.concurrency = concurrency
+        self.options = {"num_cpus": 0, **placement(resources or {})}
+        self.startup_timeout = startup_timeout
+        self.settle = settle
+
+    def __repr__(self) -> str:
+        return f"RayExecutor(address={self.address!r}, shards={self.shards})"
+
+    async def run(
+        self,
+        pairs: _Pairs,
+        agent: Agent,
+        *,
+        runtime: ProviderLike,
+        job_id: str,
+        timeout: Timeouts | float | None,  # noqa: ASYNC109 - a Timeouts value
+        max_concurrent: int | None,
+        finished: Callable[[int, Run], None],
+    ) -> None:
+        """Run every `(task, group_id)` pair; hand each `Run` to `finished` as it ends.
+
+        Raises:
+            RuntimeLaunchError: Ray cannot be reached, the agent or runtime cannot be
+                pickled, or no shard came up in time.
+        """
+        if not pairs:
+            return
+        await connect_ray(self.address)
+        shards = await self._start(agent, runtime, Timeouts.of(timeout))
+        try:
+            cursor = iter(enumerate(pairs))
+            limit = asyncio.Semaphore(max_concurrent or len(pairs))
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(min(self.concurrency, len(pairs))):
+                    for shard in shards:  # interleaved: the semaphore serves them in turn
+                        tg.create_task(shard.work(cursor, limit, job_id, finished))
+            for i, (task, gid) in cursor:  # every shard died before these began
+                lost = WorkerLost("every Ray shard died before it began")
+                finished(i, _failed(task, job_id, gid, uuid.uuid4().hex, "provisioning", lost))
+        finally:
+            await asyncio.shield(asyncio.gather(*(s.close() for s in shards)))
+
+    async def _start(self, agent: Agent, runtime: ProviderLike, limits: Timeouts) -> list[_Shard]:
+        import ray
+
+        try:
+            cargo = ray.put((agent, runtime, limits, self.settle))
+        except Exception as exc:  # Ray wraps pickling failures in several types
+            raise RuntimeLaunchError(
+                f"cannot ship the agent and runtime to Ray workers (they must pickle): {exc}"
+            ) from exc
+        nodes = self._nodes()
+        count = self.shards or len(nodes)
+        places = itertools.islice(itertools.cycle(nodes), count)
+        shards = [self._shard(node, cargo) for node in places]
+        opening: dict[asyncio.Future[None], _Shard] = {
+            asyncio.ensure_future(s.handle.open.remote()): s for s in shards
+        }
+        try:
+            await asyncio.wait(opening, timeout=self.startup_timeout)
+        except BaseException:
+            await asyncio.shield(asyncio.gather(*(s.close() for s in shards)))
+            raise
+        finally:
+            for fut in opening:
+                fut.cancel()
+        up = [s for f, s in opening.items() if not f.cancelled() and f.exception() is None]
+        await asyncio.shield(asyncio.gather(*(s.close() for s in shards if s not in up)))
+        if not up:
+            why = next((f.exception() for f in opening if not f.cancelled()), None)
+            raise RuntimeLaunchError(
+                f"{self!r}: no shard came up within {self.startup_timeout:g}s "
+                f"(options {self.options}): {why or 'none was placed'}"
+            )
+        if len(up) < count:
+            log.warning("%r: %d of %d shards came up", self, len(up), count)
+        return up
+
+    def _shard(self, node: str, cargo: Any) -> _Shard:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        options = {**self.options, "max_concurrency": self.concurrency + 1}
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+        return _Shard(_shard_actor().options(scheduling_strategy=strategy, **options).remote(cargo))
+
+    def _nodes(self) -> list[str]:
+        """Ids of the live nodes big enough for a shard.
+
+        Raises:
+            RuntimeLaunchError: there is none.
+        """
+        import ray
+
+        opts = self.options
+        need = {
+            "CPU": opts.get("num_cpus", 0),
+            "GPU": opts.get("num_gpus", 0),
+            "memory": opts.get("memory", 0),
+            **opts.get("resources", {}),
+        }
+        nodes = [
+            str(n["NodeID"])
+            for n in ray.nodes()  # type: ignore[no-untyped-call]
+            if n.get("Alive") and all(n["Resources"].get(k, 0) >= v for k, v in need.items())
+        ]
+        if not nodes:
+            raise RuntimeLaunchError(f"{self!r}: no live node can hold a shard ({self.options})")
+        return nodes
+
+
+class _Shard:
+    """The driver's side of one shard actor: feeds it rollouts while it lives."""
+
+    def __init__(self, handle: ActorHandle[Any]) -> None:
+        self.handle = handle
+        self.alive = True
+
+    async def work(
+        self,
+        cursor: Iterator[tuple[int, tuple[Task, str]]],
+        limit: asyncio.Semaphore,
+        job_id: str,
+        finished: Callable[[int, Run], None],
+    ) -> None:
+        """Take the next pair while this shard lives; report each run as it ends."""
+        while True:
+            async with limit:
+                item = next(cursor, None) if self.alive else None
+                if item is None:
+                    return
+                i, (task, gid) = item
+                run = await self.rollout(task, job_id, gid)
+            finished(i, run)
+
+    async def rollout(self, task: Task, job_id: str, group_id: str) -> Run:
+        """One rollout on the shard; a failed `Run` if the shard dies under it."""
+        from ray.exceptions import RayActorError, RayError, RayTaskError
+
+        trace_id = uuid.uuid4().hex
+        started = time.time()
+        phase = "provisioning"
+        stream: Any = self.handle.rollout.remote(task, job_id, group_id, trace_id)
+        try:
+            async for ref in stream:
+                item = await ref
+                if isinstance(item, Run):
+                    return item
+                phase = item
+        except asyncio.CancelledError:
+            _cancel(stream)
+            raise
+        except RayActorError as exc:
+            self.alive = False
+            lost = WorkerLost(f"the Ray worker running it died: {str(exc).splitlines()[0]}")
+            return _failed(task, job_id, group_id, trace_id, phase, lost, started)
+        except RayError as exc:  # e.g. the run would not pickle (a lock in its trace)
+            cause = exc.cause if isinstance(exc, RayTaskError) and exc.cause else exc
+            why = f"{type(cause).__name__}: {str(cause).splitlines()[0]}"
+            broken = RolloutError(f"the shard could not send the run back: {why}")
+            return _failed(task, job_id, group_id, trace_id, phase, broken, started)
+        raise RolloutError(f"{task.slug}: the shard ended the rollout without its run")
+
+    async def close(self) -> None:
+        """Let the shard cancel what it runs and leave its runtime, then kill it."""
+        import ray
+
+        try:
+            async with asyncio.timeout(_CLOSE):
+                await self.handle.close.remote()
+        except Exception as exc:
+            log.debug("shard %s did not close cleanly: %r", self.handle, exc)
+        finally:
+            ray.kill(self.handle, no_restart=True)
+
+
+def _cancel(stream: Any) -> None:
+    import ray
+
+    with contextlib.suppress(Exception):  # already finished or its shard is gone
+        ray.cancel(stream)
+
+
+def _failed(
+    task: Task,
+    job_id: str,
+    group_id: str,
+    trace_id: str,
+    phase: str,
+    error: BaseException,
+    started: float | None = None,
+) -> Run:
+    """The record of a rollout that failed out of the shard's reach."""
+    run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
+    if started is not None:
+        run.started_at = started
+    run.fail(phase, error)
+    run.ended_at = time.time()
+    return run
+
+
+# -- inside the shard actor ----------------------------------------------------------------
+
+
+class _TrackedRun(Run):
+    """A `Run` that reports each phase change; pickles as a plain `Run`."""
+
+    __slots__ = ("_notify",)
+
+    def __init__(self, task: Task, notify: Callable[[str], None], **ids: str) -> None:
+        self._notify = notify
+        super().__init__(task, **ids)
+
+    @property
+    def phase(self) -> str:
+        return cast(str, _PHASE.__get__(self))
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        _PHASE.__set__(self, value)
+        self._notify(value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {name: getattr(self, name) for name in Run.__slots__ if hasattr(self, name)}
+        return _plain_run, (state,)
+
+
+_PHASE = Run.__dict__["phase"]  # the slot itself, under _TrackedRun's property
+
+
+def _plain_run(state: dict[str, Any]) -> Run:
+    run = Run.__new__(Run)
+    for name, value in state.items():
+        setattr(run, name, value)
+    return run
+
+
+class _ShardActor:
+    """Runs whole rollouts in a Ray worker; the driver's `_Shard` talks to it."""
+
+    def __init__(self, cargo: tuple[Agent, ProviderLike, Timeouts, float]) -> None:
+        self.agent, self.runtime, self.timeout, self.settle = cargo
+        self.entered = False
+        self.running: set[asyncio.Task[Run]] = set()
+
+    async def open(self) -> None:
+        """Enter the runtime when it is an async context manager."""
+        enter = getattr(self.runtime, "__aenter__", None)
+        if enter is not None:
+            await enter()
+            self.entered = True
+
+    async def rollout(
+        self, task: Task, job_id: str, group_id: str, trace_id: str
+    ) -> AsyncIterator[str | Run]:
+        """Yield the rollout's phases that last (see `_settled`), then its `Run`."""
+        phases: asyncio.Queue[str | None] = asyncio.Queue()
+        run = _TrackedRun(
+            task, phases.put_nowait, job_id=job_id, group_id=group_id, trace_id=trace_id
+        )
+        work = asyncio.create_task(
+            execute(run, self.agent, runtime=self.runtime, timeout=self.timeout)
+        )
+        self.running.add(work)
+        work.add_done_callback(lambda _: phases.put_nowait(None))
+        try:
+            async for phase in _settled(phases, self.settle):
+                yield phase
+            yield await work
+        finally:
+            self.running.discard(work)
+            if not work.done():
+                work.cancel()
+                await asyncio.wait([work])
+
+    async def close(self) -> None:
+        """Cancel what still runs (each tears down), then leave the runtime."""
+        for work in self.running:
+            work.cancel()
+        if self.running:
+            await asyncio.wait(self.running)
+        if self.entered:
+            self.entered = False
+            await self.runtime.__aexit__(None, None, None)  # type: ignore[union-attr]
+
+
+async def _settled(phases: asyncio.Queue[str | None], settle: float) -> AsyncIterator[str]:
+    """Each phase once it has lasted `settle` seconds, until the None that ends a run.
+
+    A dying worker is found mid-phase in the long phases; the short ones (all of them,
+    in a fast rollout) are not worth a message to the driver each.
+    """
+    pending: str | None = None
+    while True:
+        try:
+            async with asyncio.timeout(None if pending is None else settle):
+                phase = await phases.get()
+        except TimeoutError:
+            if pending is not None:
+                yield pending
+            pending = None
+            continue
+        if phase is None:
+            return
+        pending = phase
+
+
+@functools.cache
+def _shard_actor() -> Any:
+    import ray
+
+    return ray.remote(_ShardActor)

@@ -1,0 +1,262 @@
+"""`RayRuntime`: each rollout's environment server in its own Ray actor.
+
+Ray is imported only when a runtime is used, so `import proctor` stays light; install
+it with `pip install 'proctor[ray]'`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import math
+import re
+import secrets
+import threading
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._errors import RuntimeLaunchError
+from ._base import Endpoint, Provider
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from ..channel._server import Server
+    from ..tasks._task import Task
+
+__all__ = ["RayRuntime", "connect_ray", "placement"]
+
+log = logging.getLogger("proctor.runtimes.ray")
+
+_CONNECT_LOCK = threading.Lock()  # ray.init is per process; two loops may race for it
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?", re.IGNORECASE)
+
+
+class RayRuntime(Provider):
+    """Serve each rollout's environment in its own Ray actor, placed across a cluster.
+
+    The actor loads `source`, runs the initialize hooks, binds a port on its node's
+    address and returns `tcp://node:port` (with a fresh token when that address is
+    not loopback). The agent stays in this process and connects there. At teardown
+    the actor closes the server and runs the shutdown hooks (within `stop_timeout`),
+    then is killed: Ray ends its worker process.
+
+    Placement is `resources` overlaid with the row's `runtime_config["resources"]`:
+    `cpus`, `gpus` and `memory` (bytes, or `"512m"`, `"2g"`) are Ray's CPU, GPU and
+    memory; any other key is a custom resource, such as a node's label from
+    `ray start --resources '{"gpu_box": 1}'`. Unset, Ray's actor default applies.
+
+    Args:
+        source: Python file or folder defining the environment; every node must see
+            it at this path (a shared file system, or the same checkout).
+        address: the cluster, when this process is not connected yet
+            (`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup).
+        resources: placement for every actor, before the row's own.
+        startup_timeout: seconds for an actor to be placed, start and bind.
+        stop_timeout: seconds the shutdown hooks get before the actor is killed.
+
+    Raises:
+        ValueError: `resources` is malformed.
+    """
+
+    def __init__(
+        self,
+        source: str | Path,
+        *,
+        address: str | None = None,
+        resources: Mapping[str, Any] | None = None,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 5.0,
+    ) -> None:
+        self.source = str(Path(source).resolve())
+        self.address = address
+        self.resources = dict(resources or {})
+        placement(self.resources)
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+
+    def __repr__(self) -> str:
+        return f"RayRuntime({self.source!r}, address={self.address!r})"
+
+    def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
+        return self._endpoint(task)
+
+    def options(self, task: Task) -> dict[str, Any]:
+        """The Ray actor options that place `task`'s environment.
+
+        Raises:
+            RuntimeLaunchError: the row's `runtime_config["resources"]` is malformed.
+        """
+        config = task.runtime_config or {}
+        extra = config.get("resources") or {}
+        if not isinstance(extra, Mapping):
+            raise RuntimeLaunchError(f"{task.slug}: runtime_config.resources must be a mapping")
+        try:
+            return placement({**self.resources, **extra})
+        except ValueError as exc:
+            raise RuntimeLaunchError(f"{task.slug}: runtime_config.resources: {exc}") from None
+
+    @contextlib.asynccontextmanager
+    async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
+        options = self.options(task)
+        await connect_ray(self.address)
+        actor = _env_actor().options(**options).remote()
+        served = False
+        try:
+            url, token = await self._serve(actor, task, options)
+            served = True
+            yield Endpoint(url, token=token)
+        finally:
+            # An actor that never served has no hooks to run: it may not even be placed.
+            await _retire(actor, self.stop_timeout if served else None)
+
+    async def _serve(
+        self, actor: ActorHandle[Any], task: Task, options: dict[str, Any]
+    ) -> tuple[str, str | None]:
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            async with asyncio.timeout(self.startup_timeout):
+                url, token = await actor.serve.remote(self.source, task.env)
+        except TimeoutError:
+            raise RuntimeLaunchError(
+                f"{self!r}: no actor for {task.env!r} was placed and serving within "
+                f"{self.startup_timeout:g}s (options {options})"
+            ) from None
+        except RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise RuntimeLaunchError(
+                f"{task.env!r} did not start in its actor: {type(cause).__name__}: {cause}"
+            ) from exc
+        except RayActorError as exc:
+            raise RuntimeLaunchError(f"{self!r}: the actor died while starting: {exc}") from exc
+        return str(url), token
+
+
+class _EnvActor:
+    """One environment, served in its own Ray worker process (an async actor)."""
+
+    def __init__(self) -> None:
+        self._server: Server | None = None
+
+    async def serve(self, source: str, env_name: str) -> tuple[str, str | None]:
+        """Load and start the environment, bind on this node; return (url, token)."""
+        import ray
+
+        from .._loader import find_environment
+        from ..channel._server import Server, _is_loopback
+
+        env = find_environment(source, env_name)
+        await env.start()
+        host: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        token = None if _is_loopback(host) else secrets.token_urlsafe(32)
+        server = Server(env, token=token)
+        self._server = server
+        _, port = await server.listen(host, 0)
+        return f"tcp://{f'[{host}]' if ':' in host else host}:{port}", token
+
+    async def stop(self) -> None:
+        """Close the server and run the shutdown hooks."""
+        server, self._server = self._server, None
+        if server is not None:
+            try:
+                await server.aclose()
+            finally:
+                await server.env.stop()
+
+
+@functools.cache
+def _env_actor() -> Any:
+    import ray
+
+    return ray.remote(_EnvActor)
+
+
+async def _retire(actor: ActorHandle[Any], stop_timeout: float | None) -> None:
+    """Stop the actor's server gracefully (within `stop_timeout`, if any), then kill it."""
+    import ray
+
+    try:
+        if stop_timeout is not None:
+            async with asyncio.timeout(stop_timeout):
+                await actor.stop.remote()
+    except Exception as exc:  # dead, stuck or failing hooks: it is killed all the same
+        log.debug("actor %s did not stop cleanly: %r", actor, exc)
+    finally:
+        ray.kill(actor, no_restart=True)  # Ray ends the worker process within milliseconds
+
+
+async def connect_ray(address: str | None) -> None:
+    """Connect this process to Ray unless it already is (in a thread: it blocks).
+
+    Raises:
+        RuntimeLaunchError: Ray is not installed or the cluster cannot be reached.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeLaunchError(
+            "Ray is not installed; install it with: pip install 'proctor[ray]'"
+        ) from exc
+    if not ray.is_initialized():
+        await asyncio.to_thread(_init, address)
+
+
+def _init(address: str | None) -> None:
+    import ray
+
+    with _CONNECT_LOCK:
+        if ray.is_initialized():
+            return
+        try:
+            ray.init(address=address)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RuntimeLaunchError(
+                f"cannot connect to Ray at {address or 'auto'}: {exc}"
+            ) from exc
+
+
+def placement(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray actor options for a resource mapping (see `RayRuntime`).
+
+    Raises:
+        ValueError: a value is not a non-negative number (or a memory size).
+    """
+    options: dict[str, Any] = {}
+    custom: dict[str, float] = {}
+    for key, value in resources.items():
+        if key in ("cpus", "CPU"):
+            options["num_cpus"] = _amount(key, value)
+        elif key in ("gpus", "GPU"):
+            options["num_gpus"] = _amount(key, value)
+        elif key == "memory":
+            options["memory"] = _memory(value)
+        elif isinstance(key, str) and key:
+            custom[key] = _amount(key, value)
+        else:
+            raise ValueError(f"resource names are non-empty strings, not {key!r}")
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def _amount(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{key} must be a number >= 0, not {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{key} must be finite, not {value!r}")
+    return float(value)
+
+
+def _memory(value: Any) -> int:
+    if isinstance(value, str):
+        match = _MEMORY.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(f"memory must be bytes or a size like '512m', not {value!r}")
+        number, unit = match.groups()
+        return int(float(number) * 1024 ** "bkmgt".index(unit.lower() or "b"))
+    return int(_amount("memory", value))

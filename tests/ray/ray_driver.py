@@ -1,0 +1,387 @@
+"""Run the Ray scenarios against a fresh two-node cluster; write the results as JSON.
+
+Usage (inside the namespace `ray_cluster.in_namespace` builds):
+`python ray_driver.py RESULTS.json [SCENARIO ...]`. One cluster start serves every scenario; each
+scenario's outcome (or its traceback) lands under its name, for the tests to judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners
+
+from proctor import Task, Taskset
+from proctor.engine import Run, run_taskset
+from proctor.engine._ray_executor import RayExecutor
+from proctor.runtimes import LocalRuntime
+from proctor.runtimes._ray import RayRuntime
+from proctor.testing import check_runtime, conformance_env
+
+ENV_SOURCE = str(Path(__file__).with_name("ray_env.py"))
+Scenario = Callable[["Context"], Awaitable[dict[str, Any]]]
+
+
+class Context:
+    def __init__(self, cluster: LocalCluster, nodes: dict[str, str], scratch: Path) -> None:
+        self.cluster = cluster
+        self.nodes = nodes
+        self.scratch = scratch
+
+    def folder(self, name: str) -> Path:
+        path = self.scratch / name
+        path.mkdir()
+        return path
+
+
+def where_rows(n: int, **config: Any) -> Taskset:
+    rows = [Task(env="ray-where", id="where", args={"i": i}, runtime_config=config or None)
+            for i in range(n)]  # fmt: skip
+    return Taskset("where", rows)
+
+
+def agent_node() -> str | None:
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def summary(run: Run) -> dict[str, Any]:
+    prompt = json.loads(run.prompt) if isinstance(run.prompt, str) else {}
+    loops = [s.content for s in run.trace.steps if s.kind == "assistant"]
+    return {
+        "i": run.task.args.get("i"),
+        "status": run.status,
+        "reward": run.reward,
+        "error": None if run.error is None else [run.error.phase, run.error.type],
+        "env_node": prompt.get("node"),
+        "agent_node": loops[0]["node"] if loops else None,
+    }
+
+
+# -- agents (defined in __main__, so Ray ships them by value) ----------------------------------
+
+
+class Echo:
+    """Answers the prompt and records the node its loop ran on."""
+
+    async def __call__(self, run: Run) -> None:
+        run.trace.add("assistant", {"node": agent_node(), "pid": os.getpid()})
+        run.trace.content = run.prompt
+
+
+class Board:
+    """Where agents on the workers and the driver meet (a Ray actor: no files, no polls)."""
+
+    def __init__(self) -> None:
+        self.posts: list[int] = []
+        self.posted = asyncio.Condition()
+        self.opened = asyncio.Event()
+
+    async def post(self, value: int) -> None:
+        async with self.posted:
+            self.posts.append(value)
+            self.posted.notify_all()
+
+    async def posts_when(self, count: int) -> list[int]:
+        async with self.posted:
+            await self.posted.wait_for(lambda: len(self.posts) >= count)
+            return self.posts
+
+    def open(self) -> None:
+        self.opened.set()
+
+    async def when_open(self) -> None:
+        await self.opened.wait()
+
+
+def board() -> Any:
+    import ray
+
+    return ray.remote(Board).options(num_cpus=0).remote()
+
+
+class FirstWaits(Echo):
+    """Row 0 waits until the driver has been handed row 1's run."""
+
+    def __init__(self, gate: Any) -> None:
+        self.gate = gate
+
+    async def __call__(self, run: Run) -> None:
+        if run.task.args["i"] == 0:
+            await self.gate.when_open.remote()
+        await super().__call__(run)
+
+
+class HoldOn(Echo):
+    """Posts its pid, then blocks forever, on `node` (on every node when None)."""
+
+    def __init__(self, board: Any, node: str | None) -> None:
+        self.board = board
+        self.node = node
+
+    async def __call__(self, run: Run) -> None:
+        await super().__call__(run)
+        if self.node is None or agent_node() == self.node:
+            await self.board.post.remote(os.getpid())
+            await asyncio.Event().wait()
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+
+
+async def cluster_up(ctx: Context) -> dict[str, Any]:
+    return {"nodes": ctx.nodes, "listeners": listeners()}
+
+
+async def runtime_contract(ctx: Context) -> dict[str, Any]:
+    task = conformance_env.env.tasks["echo"](text="hello")
+    task = task.model_copy(update={"runtime_config": {"resources": {WORKER_LABEL: 1}}})
+    runtime = RayRuntime(conformance_env.SOURCE, address=ctx.cluster.address)
+    report = await check_runtime(runtime, task)
+    return {"checks": report.checks, "notes": report.notes}
+
+
+async def runtime_placement(ctx: Context) -> dict[str, Any]:
+    seen: list[list[str]] = []
+    urls: list[str] = []
+
+    class Look(Echo):
+        async def __call__(self, run: Run) -> None:
+            assert run.client is not None
+            urls.append(run.client.url)
+            seen.append(listeners())  # while the environment's actor serves
+            await super().__call__(run)
+
+    runtime = RayRuntime(ENV_SOURCE, resources={"cpus": 0.5})
+    on_a = where_rows(3, resources={HEAD_LABEL: 1})
+    on_b = where_rows(3, resources={WORKER_LABEL: 1, "memory": "1m"})
+    a = await on_a.run(Look(), runtime=runtime)
+    b = await on_b.run(Look(), runtime=runtime)
+    return {
+        "a": [summary(r) for r in a.runs],
+        "b": [summary(r) for r in b.runs],
+        "listeners": sorted({addr for found in seen for addr in found}),
+        "urls": urls,
+    }
+
+
+async def runtime_errors(ctx: Context) -> dict[str, Any]:
+    missing = RayRuntime(ctx.scratch / "missing.py")
+    infeasible = RayRuntime(ENV_SOURCE, resources={"nowhere": 1}, startup_timeout=1.0)
+    out = {}
+    for name, runtime in (("missing", missing), ("infeasible", infeasible)):
+        job = await where_rows(1).run(Echo(), runtime=runtime)
+        run = job.runs[0]
+        assert run.error is not None
+        out[name] = [run.error.phase, run.error.type, run.error.message]
+    return out
+
+
+async def executor_streams(ctx: Context) -> dict[str, Any]:
+    gate = board()
+    order: list[int] = []
+
+    def on_run(run: Run) -> None:
+        order.append(run.task.args["i"])
+        if run.task.args["i"] == 1:
+            gate.open.remote()
+
+    ex = RayExecutor(ctx.cluster.address, concurrency=3)
+    t0 = time.monotonic()
+    job = await run_taskset(
+        where_rows(12), FirstWaits(gate), runtime=LocalRuntime(ENV_SOURCE), executor=ex,
+        on_run=on_run,
+    )  # fmt: skip
+    return {
+        "seconds": time.monotonic() - t0,
+        "job_id": job.id,
+        "run_job_ids": sorted({r.job_id for r in job.runs}),
+        "runs": [summary(r) for r in job.runs],
+        "order": order,
+    }
+
+
+async def executor_with_ray_runtime(ctx: Context) -> dict[str, Any]:
+    runtime = RayRuntime(ENV_SOURCE, resources={WORKER_LABEL: 1})
+    job = await where_rows(6).run(Echo(), runtime=runtime, executor="ray")
+    return {"runs": [summary(r) for r in job.runs]}
+
+
+async def executor_cancelled(ctx: Context) -> dict[str, Any]:
+    posts, marks = board(), ctx.folder("cancel-env")
+    rows = [conformance_env.env.tasks["echo"](text=f"t{i}", marker=str(marks)) for i in range(6)]
+    job = asyncio.create_task(
+        run_taskset(rows, HoldOn(posts, None), runtime=LocalRuntime(conformance_env.SOURCE),
+                    executor=RayExecutor(shards=2, concurrency=2))
+    )  # fmt: skip
+    pids = sorted(set(await _before(posts.posts_when.remote(4), job)))
+    job.cancel()
+    try:
+        await job
+    except asyncio.CancelledError:
+        cancelled = True
+    else:
+        cancelled = False
+    await _exited(pids)
+    return {
+        "cancelled": cancelled,
+        "shard_pids": pids,
+        "alive": [p for p in pids if _alive(p)],
+        "started": len(list(marks.glob("task-*.start"))),
+        "closed": len(list(marks.glob("task-*.closed"))),
+        "shutdowns": len(list(marks.glob("env-*.shutdown"))),
+    }
+
+
+async def shard_process_dies(ctx: Context) -> dict[str, Any]:
+    posts = board()
+    ex = RayExecutor(shards=1, concurrency=2, resources={HEAD_LABEL: 1}, settle=0)
+    job = asyncio.create_task(
+        run_taskset(where_rows(6), HoldOn(posts, None), runtime=LocalRuntime(ENV_SOURCE),
+                    executor=ex)
+    )  # fmt: skip
+    pids = set(await _before(posts.posts_when.remote(2), job))
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    result = await asyncio.wait_for(job, 60)
+    return {
+        "pids": len(pids),
+        "runs": [summary(r) for r in result.runs],
+        "messages": [r.error.message for r in result.runs if r.error is not None],
+    }
+
+
+async def unpicklable_trace(ctx: Context) -> dict[str, Any]:
+    class Locked(Echo):
+        async def __call__(self, run: Run) -> None:
+            run.trace.add("assistant", threading.Lock())
+            await super().__call__(run)
+
+    job = await where_rows(2).run(Locked(), runtime=LocalRuntime(ENV_SOURCE), executor="ray")
+    return {
+        "runs": [summary(r) for r in job.runs],
+        "messages": [r.error.message for r in job.runs if r.error is not None],
+    }
+
+
+async def worker_node_dies(ctx: Context) -> dict[str, Any]:
+    posts = board()
+    agent = HoldOn(posts, ctx.nodes[WORKER_LABEL])
+    done: list[int] = []
+    job = asyncio.create_task(
+        run_taskset(where_rows(24), agent, runtime=LocalRuntime(ENV_SOURCE),
+                    executor=RayExecutor(concurrency=3, settle=0),
+                    on_run=lambda r: done.append(r.task.args["i"]))
+    )  # fmt: skip
+    await _before(posts.posts_when.remote(3), job)  # the worker's shard is full and blocked
+    killed = ctx.cluster.kill_worker_node()
+    t0 = time.monotonic()
+    result = await asyncio.wait_for(job, 60)
+    return {
+        "killed": len(killed),
+        "seconds_after_kill": time.monotonic() - t0,
+        "runs": [summary(r) for r in result.runs],
+        "messages": [r.error.message for r in result.runs if r.error is not None],
+        "delivered": len(done),
+    }
+
+
+SCENARIOS: list[Scenario] = [
+    cluster_up,
+    runtime_contract,
+    runtime_placement,
+    runtime_errors,
+    executor_streams,
+    executor_with_ray_runtime,
+    executor_cancelled,
+    shard_process_dies,
+    unpicklable_trace,
+    worker_node_dies,  # last: the cluster has one node after it
+]
+
+
+async def _before(waiting: Awaitable[Any], job: asyncio.Task[Any]) -> Any:
+    """What `waiting` gives, failing if `job` ends first (or after 60 s)."""
+    wait = asyncio.ensure_future(waiting)
+    await asyncio.wait([wait, job], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    if not wait.done():
+        wait.cancel()
+        ended = job.result() if job.done() else "still running after 60 s"
+        errors = {r.error.message for r in ended.runs if r.error} if job.done() else ""
+        raise AssertionError(f"the job did not get there: {ended!r} {errors}")
+    return wait.result()
+
+
+async def _exited(pids: list[int], limit: float = 10.0) -> None:
+    """Wait (up to `limit` seconds) until every process in `pids` has exited, via pidfds."""
+    loop = asyncio.get_running_loop()
+    watched: list[tuple[int, asyncio.Future[None]]] = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        gone: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, lambda f=gone: f.done() or f.set_result(None))
+        watched.append((fd, gone))
+    try:
+        if watched:
+            await asyncio.wait([gone for _, gone in watched], timeout=limit)
+    finally:
+        for fd, _ in watched:
+            loop.remove_reader(fd)
+            os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def main(only: list[str]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    t0 = time.monotonic()
+    cluster = LocalCluster()
+    try:
+        nodes = cluster.wait_nodes()
+        results["startup_seconds"] = time.monotonic() - t0
+        ctx = Context(cluster, nodes, cluster.root / "scratch")
+        ctx.scratch.mkdir()
+        for scenario in SCENARIOS:
+            if only and scenario.__name__ not in only:
+                continue
+            s0 = time.monotonic()
+            try:
+                outcome = {"ok": True, **await scenario(ctx)}
+            except Exception:
+                outcome = {"ok": False, "error": traceback.format_exc()}
+            outcome["wall"] = time.monotonic() - s0
+            results[scenario.__name__] = outcome
+    except Exception:
+        results["error"] = traceback.format_exc() + "\n" + cluster.logs()
+    finally:
+        cluster.close()
+        results["total_seconds"] = time.monotonic() - t0
+    return results
+
+
+if __name__ == "__main__":
+    Path(sys.argv[1]).write_text(
+        json.dumps(asyncio.run(main(sys.argv[2:])), indent=1, default=repr)
+    )

@@ -1,0 +1,23 @@
+"""An environment whose prompt says where it is served: Ray node id and pid."""
+
+import json
+import os
+
+from proctor import Environment
+
+env = Environment("ray-where")
+
+
+def _where() -> dict[str, object]:
+    import ray
+
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    return {"node": node, "pid": os.getpid()}
+
+
+@env.template
+async def where(i: int = 0):
+    """The prompt is where this runs (JSON); an exact echo grades 1.0."""
+    prompt = json.dumps({**_where(), "i": i})
+    answer = yield prompt
+    yield 1.0 if answer == prompt else 0.0
