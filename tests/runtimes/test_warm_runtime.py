@@ -51,8 +51,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def test_a_warm_runtime_passes_the_conformance_suite() -> None:
-    async with SubprocessRuntime(conformance_env.SOURCE, warm=True) as runtime:
+@pytest.mark.parametrize("warm", [True, 2])
+async def test_a_warm_runtime_passes_the_conformance_suite(warm: int) -> None:
+    async with SubprocessRuntime(conformance_env.SOURCE, warm=warm) as runtime:
         report = await check_runtime(runtime, ECHO)
     assert "cancelled while provisioning" in report.checks
 
@@ -69,7 +70,8 @@ async def test_each_rollout_gets_its_own_process_and_the_zygote_stops_on_exit(
         job = await run_taskset(
             [task] * 6, agent_from_fn(lambda p: p), runtime=runtime, max_concurrent=3
         )
-        zygote = runtime._zygote
+        assert runtime._pool is not None
+        zygote = runtime._pool.zygotes[0]
         assert zygote is not None and zygote.pid is not None
     pids = {int(run.prompt) for run in job.runs}
     assert job.stats.graded == 6 and len(pids) == 6
@@ -125,7 +127,7 @@ def test_killing_the_parent_leaves_neither_zygote_nor_children(tmp_path: Path) -
         async def main():
             runtime = SubprocessRuntime({str(source)!r}, warm=True)
             async with runtime(Task(env="printing", id="pid")) as endpoint:
-                print(runtime._zygote.pid, endpoint.url, flush=True)
+                print(runtime._pool.zygotes[0].pid, endpoint.url, flush=True)
                 await asyncio.sleep(60)
 
         asyncio.run(main())

@@ -9,12 +9,13 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
@@ -31,6 +32,7 @@ _MAX_LINE = 1 << 16  # longer output lines are logged in pieces of this size
 _TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
 _LAST_WORDS = 0.5  # seconds a dead child's pipes may still deliver its stderr
 _REAP = 5.0  # seconds to wait for the child watcher after SIGKILL
+_READY = b"READY"  # what a zygote prints once loaded (`_zygote.READY`)
 
 
 class SubprocessRuntime(Provider):
@@ -42,6 +44,25 @@ class SubprocessRuntime(Provider):
     logger at DEBUG. The child leads its own process group, which is terminated (then
     killed after `stop_timeout`) on exit.
 
+    Warm pool (`warm=N`, Linux): N zygote processes each import proctor and `source`
+    once; each rollout's child is forked from one of them on request (a few ms, where
+    a fresh interpreter importing proctor costs ~200), runs the initialize hooks,
+    serves on its own port and exits when the rollout ends: a fresh process and fresh
+    state per rollout. The zygotes start on first use (or on `async with`) and stop on
+    `aclose()` or when this process exits; a zygote that dies is restarted on the next
+    request, and a fork it lost is retried once. A child that dies fails its rollout
+    (the connection drops), not the others. One zygote forks a few hundred children a
+    second; more help only on machines with many cores.
+
+    What a source may do at import time when warm, since every child inherits the
+    zygote's memory: define the environment, import modules, read files, compute
+    constants. Not: start threads or thread pools (the zygote refuses to start with
+    more than one thread, native ones included; BLAS libraries need
+    `OMP_NUM_THREADS=1`), open sockets, connections or clients (they would be shared
+    by every child), start processes or an event loop, or seed per-rollout state such
+    as `numpy.random` (Python's `random` is reseeded in each child). Do those in an
+    initialize hook, which runs in each child.
+
     Args:
         source: Python file or folder defining the environment.
         python: interpreter for the child (default: this one).
@@ -52,12 +73,12 @@ class SubprocessRuntime(Provider):
         startup_timeout: seconds to wait for the port line.
         stop_timeout: seconds between SIGTERM and SIGKILL.
         log: file the child's other output is appended to.
-        warm: fork each child from a zygote that loaded `source` once (a few ms
-            instead of a fresh interpreter's ~80); each rollout still gets its own
-            process, hooks and port. The zygote starts on first use and stops on
-            `aclose()` (or `async with`), or when this process exits. Forking shares
-            whatever the source did at import time, so sources that start threads or
-            open connections at import must use initialize hooks instead.
+        warm: fork each child from one of this many zygotes (`True` is 1; `False`
+            or 0 spawns a fresh interpreter per rollout).
+
+    Raises:
+        ValueError: neither source nor command, a warm runtime given a command, or
+            a negative `warm`.
     """
 
     def __init__(
@@ -72,12 +93,14 @@ class SubprocessRuntime(Provider):
         startup_timeout: float = 60.0,
         stop_timeout: float = 5.0,
         log: str | Path | None = None,
-        warm: bool = False,
+        warm: bool | int = False,
     ) -> None:
         if source is None and command is None:
             raise ValueError("SubprocessRuntime needs a source or a command")
+        if warm < 0:
+            raise ValueError(f"warm must be a number of zygotes (>= 0), not {warm}")
         if warm and command is not None:
-            raise ValueError("warm=True forks proctor's own server; it takes no command")
+            raise ValueError("a warm runtime forks proctor's own server; it takes no command")
         self.source = source
         self.python = python or sys.executable
         self.env = dict(env or {})
@@ -87,32 +110,36 @@ class SubprocessRuntime(Provider):
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.log = log
-        self.warm = warm
-        self._zygote: _Zygote | None = None
-        self._zygote_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self.warm = int(warm)
+        self._pool: _WarmPool | None = None
 
     def __repr__(self) -> str:
-        return f"SubprocessRuntime({self.source or self.command!r})"
+        warm = f", warm={self.warm}" if self.warm else ""
+        return f"SubprocessRuntime({self.source or self.command!r}{warm})"
 
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         return self._forked() if self.warm else self._endpoint()
 
     async def __aenter__(self) -> SubprocessRuntime:
         if self.warm:
-            await self._warm_zygote()
+            await self._warm_pool().start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the zygote of a warm runtime (children already stopped stay stopped)."""
-        zygote, self._zygote = self._zygote, None
-        if zygote is not None:
-            await zygote.stop()
+        """Stop a warm runtime's zygotes and any child still serving."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if pool.loop is asyncio.get_running_loop():
+            await pool.aclose()
+        else:
+            pool.abandon()
 
     def argv(self) -> list[str]:
-        """The child's command line (the zygote's, for a warm runtime)."""
+        """The child's command line (a cold runtime's)."""
         if self.command is not None:
             return self.command
         argv = [self.python, "-m", "proctor.serve", str(self.source)]
@@ -129,33 +156,22 @@ class SubprocessRuntime(Provider):
 
     @contextlib.asynccontextmanager
     async def _forked(self) -> AsyncIterator[Endpoint]:
-        zygote = await self._warm_zygote()
-        pid, port = await zygote.fork()
+        child = await self._warm_pool().fork()
         try:
-            yield Endpoint(f"tcp://127.0.0.1:{port}")
+            yield Endpoint(f"tcp://127.0.0.1:{child.port.result()}")
         finally:
-            await _stop_forked(pid, self.stop_timeout)
+            if child.gone.is_set():
+                log.warning("environment process %s died during its rollout", child.pid)
+            await child.stop()
 
-    async def _warm_zygote(self) -> _Zygote:
-        zygote = self._zygote
-        if zygote is not None and zygote.alive:
-            return zygote
-        loop = asyncio.get_running_loop()
-        if self._zygote_lock is None or self._zygote_lock[0] is not loop:
-            self._zygote_lock = (loop, asyncio.Lock())
-        async with self._zygote_lock[1]:
-            if self._zygote is None or not self._zygote.alive:
-                if self._zygote is not None:
-                    await self._zygote.stop()
-                argv = [self.python, "-m", "proctor.runtimes._zygote", str(self.source)]
-                zygote = _Zygote(self, argv + (["--env", self.env_name] if self.env_name else []))
-                try:
-                    await zygote.start()
-                except BaseException:
-                    await zygote.stop()
-                    raise
-                self._zygote = zygote
-            return self._zygote
+    def _warm_pool(self) -> _WarmPool:
+        """This loop's pool (one used on a loop that is gone is abandoned)."""
+        pool = self._pool
+        if pool is None or pool.loop is not asyncio.get_running_loop():
+            if pool is not None:
+                pool.abandon()
+            pool = self._pool = _WarmPool(self, self.warm)
+        return pool
 
 
 class _Child:
@@ -170,7 +186,8 @@ class _Child:
         self.drained = asyncio.Event()  # exited and every pipe at EOF
         self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
-    stdin = subprocess.DEVNULL
+    pass_fds: tuple[int, ...] = ()
+    announces = "a port"
 
     def argv(self) -> list[str]:
         """The command line this process runs."""
@@ -199,7 +216,8 @@ class _Child:
             self.transport, _ = await loop.subprocess_exec(
                 lambda: _ChildProtocol(self),
                 *argv,
-                stdin=self.stdin,
+                stdin=subprocess.DEVNULL,
+                pass_fds=self.pass_fds,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env={**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"},
@@ -246,7 +264,9 @@ class _Child:
         if not self.port.done():
             code = None if self.transport is None else self.transport.get_returncode()
             self.port.set_exception(
-                RuntimeLaunchError(self._why(f"exited with code {code} before announcing a port"))
+                RuntimeLaunchError(
+                    self._why(f"exited with code {code} before announcing {self.announces}")
+                )
             )
 
     def _why(self, what: str) -> str:
@@ -321,117 +341,319 @@ def _killpg(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-class _Zygote(_Child):
-    """The warm pool's parent process: forks a served child per `fork()` call.
+class _ZygoteGone(RuntimeLaunchError):
+    """The zygote died before forking for this request: worth one retry on a new one."""
 
-    Reuses `_Child` for spawning, output routing and stopping; its stdout carries
-    `READY` and `TOKEN PID PORT` lines instead of a port line.
+
+class _WarmPool:
+    """A warm runtime's zygotes, (re)started on demand, and its children's lifeline.
+
+    Bound to the event loop it was made on. Requests go round-robin over the zygotes;
+    one that died is replaced on its next request, and a fork it lost is retried once.
     """
 
-    stdin = subprocess.PIPE
+    def __init__(self, spec: SubprocessRuntime, size: int) -> None:
+        self.spec = spec
+        self.loop = asyncio.get_running_loop()
+        self.zygotes: list[_Zygote | None] = [None] * size
+        self.locks = [asyncio.Lock() for _ in range(size)]
+        self.turn = 0
+        self.retired: list[_Zygote] = []
+        # Children stop when the write end closes: on aclose(), or when this process dies.
+        self.lifeline, self._lifeline_w = os.pipe()
 
-    def __init__(self, spec: SubprocessRuntime, argv: list[str]) -> None:
+    async def start(self) -> None:
+        """Start every zygote that is not running.
+
+        Raises:
+            RuntimeLaunchError: a zygote could not be started.
+        """
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for slot in range(len(self.zygotes)):
+                    tg.create_task(self.zygote(slot))
+        except BaseExceptionGroup as group:
+            raise group.exceptions[0] from None
+
+    async def fork(self) -> _Forked:
+        """A served child from the next zygote, restarting it once if it died.
+
+        Raises:
+            RuntimeLaunchError: no zygote could be started or the child failed to serve.
+        """
+        slot, self.turn = self.turn, (self.turn + 1) % len(self.zygotes)
+        try:
+            return await (await self.zygote(slot)).fork()
+        except _ZygoteGone as exc:
+            log.warning("warm-pool zygote died; restarting it: %s", exc)
+        return await (await self.zygote(slot)).fork()
+
+    async def zygote(self, slot: int) -> _Zygote:
+        """The running zygote of `slot`, started (or restarted) if need be."""
+        zygote = self.zygotes[slot]
+        if zygote is not None and zygote.alive:
+            return zygote
+        async with self.locks[slot]:
+            zygote = self.zygotes[slot]
+            if zygote is not None and zygote.alive:
+                return zygote
+            if zygote is not None:
+                await self.retire(zygote)
+            zygote = self.zygotes[slot] = _Zygote(self.spec, self.lifeline)
+            try:
+                await zygote.start()
+            except BaseException:
+                self.zygotes[slot] = None
+                await zygote.stop()
+                raise
+            return zygote
+
+    async def retire(self, zygote: _Zygote) -> None:
+        """Put a dead zygote aside; stop the retired ones whose children are all gone.
+
+        Its orphaned children keep serving their rollouts, and their output still
+        flows through its pipes: closing those now would break their writes.
+        """
+        zygote.close_ctl()
+        done = [z for z in self.retired if z.drained.is_set()]
+        self.retired = [z for z in self.retired if not z.drained.is_set()] + [zygote]
+        for old in done:
+            await old.stop()
+
+    async def aclose(self) -> None:
+        """Tell every child to stop, then stop every zygote."""
+        self.close_lifeline()
+        zygotes, self.retired = [*self.retired, *self.zygotes], []
+        try:
+            for zygote in zygotes:
+                if zygote is not None:
+                    await zygote.stop()
+        finally:
+            os.close(self.lifeline)
+
+    def abandon(self) -> None:
+        """Stop it from outside its (gone) event loop: children and zygotes exit on EOF."""
+        self.close_lifeline()
+        for zygote in [*self.retired, *self.zygotes]:
+            if zygote is not None:
+                zygote.ctl.close()
+        os.close(self.lifeline)
+
+    def close_lifeline(self) -> None:
+        if self._lifeline_w >= 0:
+            os.close(self._lifeline_w)
+            self._lifeline_w = -1
+
+
+class _Zygote(_Child):
+    """A zygote process (see `_zygote`): forks a served child per `fork()` call.
+
+    Reuses `_Child` for spawning, output routing and stopping; it prints `READY` on
+    stdout where a server prints its port, then talks over its control socket.
+    """
+
+    announces = "READY"
+
+    def __init__(self, spec: SubprocessRuntime, lifeline: int) -> None:
         super().__init__(spec)
-        self._argv = argv
-        self.waiting: dict[str, asyncio.Future[tuple[int, int]]] = {}
+        self.ctl, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ctl.setblocking(False)
+        self.pass_fds = (self._theirs.fileno(), lifeline)
+        self.waiting: dict[str, _Forked] = {}
+        self.abandoned: set[str] = set()  # tokens given up on before any answer
 
     def argv(self) -> list[str]:
-        return self._argv
+        spec = self.spec
+        ctl, lifeline = self.pass_fds
+        argv = [spec.python, "-m", "proctor.runtimes._zygote", str(spec.source)]
+        argv += ["--ctl", str(ctl), "--lifeline", str(lifeline)]
+        return [*argv, "--env", spec.env_name] if spec.env_name else argv
 
     @property
     def alive(self) -> bool:
         """Whether the zygote can still fork."""
-        return self.port.done() and not self.port.exception() and not self.exited.is_set()
+        ready = self.port.done() and not self.port.cancelled() and not self.port.exception()
+        return ready and not self.exited.is_set() and self.ctl.fileno() != -1
 
-    async def fork(self) -> tuple[int, int]:
-        """Fork a served child; return its (pid, port).
+    def line(self, fd: int, line: bytes) -> None:
+        if fd == 1 and line == _READY and not self.port.done():
+            self.port.set_result(0)
+        else:
+            super().line(fd, line)
+
+    async def start(self) -> int:
+        try:
+            await super().start()
+        finally:
+            self._theirs.close()
+        asyncio.get_running_loop().add_reader(self.ctl.fileno(), self.read)
+        return 0
+
+    async def fork(self) -> _Forked:
+        """Fork a served child and wait until it listens.
 
         Raises:
-            RuntimeLaunchError: the zygote is gone or the child failed to serve.
+            _ZygoteGone: the zygote died before it forked for us.
+            RuntimeLaunchError: the child failed to serve, or took too long.
         """
         token = secrets.token_hex(8)
-        fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        self.waiting[token] = fut
+        child = self.waiting[token] = _Forked(self)
         try:
-            stdin = self.transport.get_pipe_transport(0) if self.transport else None
-            if stdin is None or not self.alive:
-                raise RuntimeLaunchError(self._why("the zygote is not running"))
-            # uvloop's pipe transports do not subclass asyncio's; they do write.
-            cast("asyncio.WriteTransport", stdin).write(f"{token}\n".encode())
+            if not self.alive:
+                raise _ZygoteGone(self._why("the zygote is not running"))
+            try:
+                self.ctl.send(token.encode())
+            except OSError as exc:
+                self.close_ctl()  # not alive any more: the pool replaces it
+                raise _ZygoteGone(self._why(f"the zygote is unreachable: {exc}")) from exc
             async with asyncio.timeout(self.spec.startup_timeout):
-                return await fut
+                await child.port
+            return child
         except TimeoutError:
+            await child.stop()
             raise RuntimeLaunchError(
                 self._why(f"forked child announced no port within {self.spec.startup_timeout:g}s")
             ) from None
         except BaseException:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                await _stop_forked(fut.result()[0], self.spec.stop_timeout)
+            await child.stop()
             raise
         finally:
             del self.waiting[token]
+            if child.pid is None:
+                self.abandoned.add(token)
 
-    def line(self, fd: int, line: bytes) -> None:
-        if fd != 1:
-            super().line(fd, line)
-        elif line == b"READY" and not self.port.done():
-            self.port.set_result(0)
-        else:
-            token, _, rest = line.decode(errors="replace").partition(" ")
-            fut = self.waiting.get(token)
-            if fut is None or fut.done():
-                super().line(fd, line)
+    def read(self) -> None:
+        """Handle every message waiting on the control socket."""
+        while self.ctl.fileno() != -1:
+            try:
+                packet = self.ctl.recv(4096)
+            except BlockingIOError:
                 return
-            pid, _, port = rest.partition(" ")
-            if port.isdigit() and pid.isdigit():
-                fut.set_result((int(pid), int(port)))
-            else:
-                fut.set_exception(RuntimeLaunchError(self._why(f"forked child failed: {port}")))
+            except OSError:
+                packet = b""
+            if not packet:  # the zygote and all its children closed their ends
+                self.close_ctl()
+                return
+            self.message(packet.decode(errors="replace"))
+
+    def message(self, packet: str) -> None:
+        """One `KIND TOKEN PID [REST]` message from the zygote or a child."""
+        kind, token, pid, rest = [*packet.split(" ", 3), ""][:4]
+        if not pid.isdigit():
+            log.warning("zygote %s: unexpected message %r", self.pid, packet)
+            return
+        child = self.waiting.get(token)
+        if child is None:
+            if token in self.abandoned:  # its fork() gave up before the pid was known
+                self.abandoned.discard(token)
+                _kill(int(pid), signal.SIGKILL)
+            return
+        child.watch(int(pid))
+        if child.port.done():
+            return
+        if kind == "ready" and rest.isdigit():
+            child.port.set_result(int(rest))
+        elif kind != "forked":
+            child.port.set_exception(RuntimeLaunchError(self._why(f"forked child failed: {rest}")))
 
     def process_exited(self) -> None:
         super().process_exited()
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(RuntimeLaunchError(self._why("the zygote exited")))
+        for child in self.waiting.values():
+            if not child.port.done():
+                child.port.set_exception(_ZygoteGone(self._why("the zygote exited")))
+
+    def close_ctl(self) -> None:
+        """Stop talking to the zygote (it exits when it reads EOF)."""
+        if self.ctl.fileno() != -1:
+            if self.transport is not None:
+                asyncio.get_running_loop().remove_reader(self.ctl.fileno())
+            self.ctl.close()
 
     async def stop(self) -> None:
-        """Close the zygote's stdin (it exits, its children get SIGTERM), then reap it."""
+        """Close the control socket (the zygote exits on EOF), then reap it."""
+        self.close_ctl()
+        self._theirs.close()
         if self.transport is not None and not self.exited.is_set():
-            stdin = self.transport.get_pipe_transport(0)
-            if stdin is not None:
-                stdin.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.exited.wait(), self.spec.stop_timeout)
         await super().stop()
 
 
-async def _stop_forked(pid: int, stop_timeout: float) -> None:
-    """SIGTERM a forked child's group, SIGKILL it after the grace period; wait for exit.
+class _Forked:
+    """A child forked by a zygote: its port once it serves, its exit through a pidfd.
 
-    The child is the zygote's, not ours, so its exit is watched through a pidfd.
+    It is the zygote's child, not ours, so its exit is watched through a pidfd opened
+    as soon as its pid is known, and it is stopped by signalling its process group.
     """
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        _killpg(pid, signal.SIGKILL)
-        return
-    loop = asyncio.get_running_loop()
-    gone: asyncio.Future[None] = loop.create_future()
 
-    def exited() -> None:
-        if not gone.done():
-            gone.set_result(None)
+    def __init__(self, zygote: _Zygote) -> None:
+        self.zygote = zygote
+        self.pid: int | None = None
+        self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.gone = asyncio.Event()
+        self._pidfd = -1
 
-    loop.add_reader(fd, exited)
-    try:
-        _killpg(pid, signal.SIGTERM)
+    def watch(self, pid: int) -> None:
+        """Start watching the child's exit (once its pid is known)."""
+        if self.pid is not None:
+            return
+        self.pid = pid
         try:
-            await asyncio.wait_for(asyncio.shield(gone), stop_timeout)
-        except TimeoutError:
-            log.warning("child %s ignored SIGTERM for %gs; killing", pid, stop_timeout)
-    finally:
-        _killpg(pid, signal.SIGKILL)  # the child if it lingers, and any stragglers
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(gone), _REAP)
-        loop.remove_reader(fd)
-        os.close(fd)
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.exited()
+            return
+        asyncio.get_running_loop().add_reader(self._pidfd, self.exited)
+
+    def exited(self) -> None:
+        """The child is gone; fail a pending start with its last words, if it sent any."""
+        if self._pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+        self.gone.set()
+        self.zygote.read()
+        if not self.port.done():
+            why = f"forked child {self.pid} exited before announcing a port"
+            self.port.set_exception(RuntimeLaunchError(self.zygote._why(why)))
+
+    async def stop(self) -> None:
+        """SIGTERM the child's group, SIGKILL it after the grace period; wait for exit."""
+        pid, timeout = self.pid, self.zygote.spec.stop_timeout
+        if not self.port.done():
+            self.port.cancel()
+        elif not self.port.cancelled():
+            self.port.exception()  # a launch failure already raised; mark it retrieved
+        if pid is None:
+            return
+        try:
+            if not self.gone.is_set():
+                self.signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(self.gone.wait(), timeout)
+                except TimeoutError:
+                    log.warning("child %s ignored SIGTERM for %gs; killing", pid, timeout)
+        finally:
+            self.signal(signal.SIGKILL)  # the child if it lingers, and any stragglers
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.gone.wait(), _REAP)
+            finally:
+                if self._pidfd >= 0:
+                    if not self.gone.is_set():
+                        asyncio.get_running_loop().remove_reader(self._pidfd)
+                    os.close(self._pidfd)
+                    self._pidfd = -1
+
+    def signal(self, sig: int) -> None:
+        """Signal the child (through its pidfd) and its process group."""
+        assert self.pid is not None
+        if self._pidfd >= 0 and not self.gone.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
+        _killpg(self.pid, sig)
+
+
+def _kill(pid: int, sig: int) -> None:
+    """Signal a process and its group (a child killed before its `setsid` has none)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+    _killpg(pid, sig)
