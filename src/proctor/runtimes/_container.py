@@ -38,7 +38,9 @@ _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _MEMORY = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
 _TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
 _MAX_UNIX_PATH = 107  # bytes in a Unix socket path (sun_path less its NUL)
-_CLI_TIMEOUT = 60.0  # seconds an engine command (rm, ps, port) may take
+_CLI_TIMEOUT = 60.0
+_PORT_TAKEN = "address already in use"
+_PORT_ATTEMPTS = 3  # seconds an engine command (rm, ps, port) may take
 
 
 def resolve_engine(engine: Engine | None = None) -> list[str]:
@@ -219,9 +221,23 @@ class ContainerRuntime(Provider):
 
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
-        container = _Container(self, task)
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            container = _Container(self, task)
+            try:
+                endpoint = await container.start()
+                break
+            except RuntimeLaunchError as exc:
+                await container.stop()
+                # The engine picks a free host port, then binds it; between the two,
+                # another process may take it. A fresh container picks again.
+                if attempt == _PORT_ATTEMPTS or _PORT_TAKEN not in str(exc):
+                    raise
+                log.debug("%s: host port taken; starting a fresh container", container.name)
+            except BaseException:
+                await container.stop()
+                raise
         try:
-            yield await container.start()
+            yield endpoint
         finally:
             await container.stop()
 
