@@ -37,7 +37,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "tests" / "ray"))
 
-from ray_cluster import LocalCluster, in_namespace  # noqa: E402
+from ray_cluster import LocalCluster, in_namespace, loopback_up  # noqa: E402
 
 from proctor import Task  # noqa: E402
 from proctor.engine import Run, run_taskset  # noqa: E402
@@ -115,9 +115,9 @@ async def actor_rss(runtime: RayRuntime) -> float:
     return max(seen)
 
 
-async def probe(sizes: dict[str, int]) -> dict[str, Any]:
+async def probe(sizes: dict[str, int], root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    cluster = LocalCluster()
+    cluster = LocalCluster(root=root)
     try:
         t0 = time.perf_counter()
         cluster.wait_nodes()
@@ -178,7 +178,8 @@ def main() -> int:
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.inside is not None:  # in the namespace: measure, hand the figures back
-        args.inside.write_text(json.dumps(asyncio.run(probe(sizes))))
+        loopback_up()
+        args.inside.write_text(json.dumps(asyncio.run(probe(sizes, args.inside.parent))))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp, "figures.json")

@@ -1,23 +1,26 @@
 """A throwaway two-node Ray cluster for tests and benchmarks, in a private namespace.
 
 `in_namespace(argv)` is the command that runs `argv` in fresh network and pid
-namespaces with only `lo` up: outside one, Ray probes a public address to find its own
-IP and binds the machine's interface; inside one, every listener is on 127.0.0.1. The
-pid namespace is the backstop: when the command's process tree ends, the kernel kills
-whatever Ray left. Inside it, `LocalCluster` starts a head and a worker node
-(`ray start --block`, each leading its own process group), with token auth, and stops
-them by process group and pid; never with `ray stop`, which would kill every Ray
-process on the machine.
+namespaces, where `loopback_up()` brings up `lo`, the only interface. Outside one,
+Ray probes a public address to find its own IP and binds the machine's interface;
+inside one, every listener is on 127.0.0.1. The pid namespace is the backstop: when
+the command's process tree ends, the kernel kills whatever Ray left. Inside it,
+`LocalCluster` starts a head and a worker node (`ray start --block`, each leading its
+own process group), with token auth, and stops them by process group and pid; never
+with `ray stop`, which would kill every Ray process on the machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,24 +43,34 @@ RAY_ENV = {
 
 
 def in_namespace(argv: list[str]) -> list[str]:
-    """`argv` run under `unshare` in new network, pid and mount namespaces, `lo` up.
+    """`argv` run under `unshare` in new network, pid and mount namespaces.
 
-    The shell stays pid 1 (so orphans are not reparented to `argv`); `--kill-child`
-    ends the namespace when `unshare` itself is killed.
+    `argv` must call `loopback_up()` first: the new network namespace has only `lo`,
+    and it is down. A shell stays pid 1, so orphans are not reparented to `argv`;
+    `--kill-child` ends the namespace, and everything in it, when `unshare` is killed.
     """
     user = [] if os.geteuid() == 0 else ["--map-root-user"]
-    script = 'ip link set lo up && "$@"'
     return [
         "unshare", *user, "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-        "sh", "-c", script, "sh", *argv,
+        "sh", "-c", '"$@"; exit $?', "sh", *argv,
     ]  # fmt: skip
+
+
+def loopback_up() -> None:
+    """`ip link set lo up`, without needing iproute2: SIOCSIFFLAGS on `lo`."""
+    get_flags, set_flags, up = 0x8913, 0x8914, 0x1  # SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, get_flags, request))[1]
+        fcntl.ioctl(sock, set_flags, struct.pack("16sH22x", b"lo", flags | up))
 
 
 class LocalCluster:
     """A head node and a worker node on 127.0.0.1, started in this namespace."""
 
-    def __init__(self, cpus: int = 2) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="proctor-ray-"))
+    def __init__(self, cpus: int = 2, *, root: Path | None = None) -> None:
+        # Short: Ray's Unix sockets live under it, and their paths are capped at 107 bytes.
+        self.root = Path(tempfile.mkdtemp(prefix="proctor-ray-", dir=root))
         self.address = f"127.0.0.1:{GCS_PORT}"
         os.environ.update(RAY_ENV, RAY_AUTH_TOKEN=secrets.token_hex(32), RAY_ADDRESS=self.address)
         common = [

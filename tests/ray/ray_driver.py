@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners
+from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners, loopback_up
 
 from proctor import Task, Taskset
 from proctor.engine import Run, run_taskset
@@ -144,6 +144,24 @@ class HoldOn(Echo):
 
 async def cluster_up(ctx: Context) -> dict[str, Any]:
     return {"nodes": ctx.nodes, "listeners": listeners()}
+
+
+async def token_required(ctx: Context) -> dict[str, Any]:
+    """A GCS call with the cluster's token, and with a wrong one."""
+    code = (
+        "import ray._raylet as r; "
+        f"r.GcsClient(address={ctx.cluster.address!r}).internal_kv_get(b'k', b'', timeout=10)"
+    )
+    out = {"mode": os.environ.get("RAY_AUTH_MODE")}
+    for name, token in (("right", os.environ["RAY_AUTH_TOKEN"]), ("wrong", "0" * 64)):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, env={**os.environ, "RAY_AUTH_TOKEN": token},
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        last = (err.decode(errors="replace").strip().splitlines() or [""])[-1]
+        out[name] = [proc.returncode, last[:200]]
+    return out
 
 
 async def runtime_contract(ctx: Context) -> dict[str, Any]:
@@ -301,6 +319,7 @@ async def worker_node_dies(ctx: Context) -> dict[str, Any]:
 
 SCENARIOS: list[Scenario] = [
     cluster_up,
+    token_required,
     runtime_contract,
     runtime_placement,
     runtime_errors,
@@ -354,10 +373,11 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def main(only: list[str]) -> dict[str, Any]:
+async def main(out: Path, only: list[str]) -> dict[str, Any]:
     results: dict[str, Any] = {}
     t0 = time.monotonic()
     cluster = LocalCluster()
+    out.with_suffix(".root").write_text(str(cluster.root))  # for cleanup, should we die
     try:
         nodes = cluster.wait_nodes()
         results["startup_seconds"] = time.monotonic() - t0
@@ -382,6 +402,7 @@ async def main(only: list[str]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    Path(sys.argv[1]).write_text(
-        json.dumps(asyncio.run(main(sys.argv[2:])), indent=1, default=repr)
-    )
+    loopback_up()
+    out = Path(sys.argv[1])
+    results = asyncio.run(main(out, sys.argv[2:]))
+    out.write_text(json.dumps(results, indent=1, default=repr))

@@ -27,11 +27,11 @@ pytestmark = pytest.mark.timeout(DRIVER_TIMEOUT + 10)
 
 
 def _namespace_problem() -> str | None:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "needs unshare (util-linux) and ip (iproute2)"
-    probe = subprocess.run(
-        in_namespace(["true"]), capture_output=True, text=True, timeout=10, check=False
-    )
+    if shutil.which("unshare") is None:
+        return "needs unshare (util-linux)"
+    up = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); "
+          "import ray_cluster; ray_cluster.loopback_up()"]  # fmt: skip
+    probe = subprocess.run(in_namespace(up), capture_output=True, text=True, timeout=10)
     if probe.returncode != 0:
         return f"cannot create a network namespace here: {probe.stderr.strip()}"
     return None
@@ -60,6 +60,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            root = out.with_suffix(".root")  # the cluster's temp dir, gone unless it died
+            if root.exists():
+                shutil.rmtree(root.read_text(), ignore_errors=True)
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
     if not out.exists():
         pytest.fail(f"the Ray driver wrote no results (exit {proc.returncode}):\n{tail}")
@@ -99,6 +102,15 @@ def test_every_ray_listener_is_on_loopback(results: dict[str, Any]) -> None:
     assert len(urls) == 6 and all(u.startswith("tcp://127.0.0.1:") for u in urls)
     assert {u.removeprefix("tcp://") for u in urls} <= set(serving)
     assert [a for a in serving if not loopback(a)] == []
+
+
+def test_the_cluster_demands_its_token(results: dict[str, Any]) -> None:
+    outcome = scenario(results, "token_required")
+    assert outcome["mode"] == "token"
+    assert outcome["right"][0] == 0
+    code, error = outcome["wrong"]
+    assert code != 0 and error.startswith("ray.exceptions.AuthenticationError")
+    assert "InvalidAuthToken" in error
 
 
 # -- RayRuntime ----------------------------------------------------------------------------------
