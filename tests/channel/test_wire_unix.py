@@ -20,8 +20,6 @@ from proctor.channel._client import dialer_for
 from proctor.env import Capability
 from proctor.testing import conformance_env
 
-uvloop = pytest.importorskip("uvloop")
-
 
 async def test_a_rollout_and_a_tunnel_over_a_unix_socket(
     server: Server, tmp_path: Path, probe: Probe
@@ -91,6 +89,8 @@ def test_the_scheme_error_names_both_schemes() -> None:
 
 
 def test_a_unix_socket_works_on_uvloop(tmp_path: Path) -> None:
+    uvloop = pytest.importorskip("uvloop")
+
     async def main() -> None:
         server = Server(build_env(Probe(), [Capability("none", "tcp", "tcp://127.0.0.1:9")]))
         path = await server.listen_unix(str(tmp_path / "uv.sock"))
