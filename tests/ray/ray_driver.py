@@ -126,7 +126,12 @@ class FirstWaits(Echo):
 
 
 class HoldOn(Echo):
-    """Posts its pid, then blocks forever, on `node` (on every node when None)."""
+    """Posts its pid, then blocks forever, on `node` (on every node when None).
+
+    With `settle=0`, the shard reports the agent phase straight to the driver as this
+    post sets off on its longer way (to the board, whose answer tells the driver to
+    kill): the driver has heard of the phase by the time the worker dies.
+    """
 
     def __init__(self, board: Any, node: str | None) -> None:
         self.board = board
