@@ -34,6 +34,7 @@ _EXPORTS = {
     "TaskError": "._errors",
     "TasksetError": "._errors",
     "TemplateError": "._errors",
+    "WorkerLost": "._errors",
     # authoring
     "Answer": ".env",
     "Capability": ".env",
@@ -54,11 +55,13 @@ _EXPORTS = {
     "Endpoint": ".runtimes",
     "LocalRuntime": ".runtimes",
     "Provider": ".runtimes",
+    "RayRuntime": ".runtimes",
     "Runtime": ".runtimes",
     "SubprocessRuntime": ".runtimes",
     # engine
     "Grade": ".engine",
     "Job": ".engine",
+    "RayExecutor": ".engine",
     "Run": ".engine",
     "Step": ".engine",
     "Timeouts": ".engine",
@@ -117,12 +120,20 @@ if TYPE_CHECKING:
         TaskError,
         TasksetError,
         TemplateError,
+        WorkerLost,
     )
     from .agents import Agent, CommandAgent, ScriptedAgent, ToolAgent, agent_from_fn
     from .channel import Client, Manifest, Server, connect
-    from .engine import Grade, Job, Run, Step, Timeouts, Trace, rollout
+    from .engine import Grade, Job, RayExecutor, Run, Step, Timeouts, Trace, rollout
     from .env import Answer, Capability, Environment, EvaluationResult, SubScore, Template, graders
     from .models import ModelClient, RetryPolicy, model_client
     from .proxy import InterceptionProxy, Limits
-    from .runtimes import Endpoint, LocalRuntime, Provider, Runtime, SubprocessRuntime
+    from .runtimes import (
+        Endpoint,
+        LocalRuntime,
+        Provider,
+        RayRuntime,
+        Runtime,
+        SubprocessRuntime,
+    )
     from .tasks import Task, Taskset

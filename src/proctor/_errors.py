@@ -16,7 +16,8 @@ ProctorError
 │       └── TaskCancelled  the call was interrupted by tasks.cancel or bye
 ├── RuntimeLaunchError     a runtime could not bring its substrate up
 ├── RolloutError           a rollout failed outside the environment's grading
-│   └── RolloutTimeout     a deadline fired; names the phase and the limit
+│   ├── RolloutTimeout     a deadline fired; names the phase and the limit
+│   └── WorkerLost         the worker running a rollout died (its process or node)
 ├── HttpError              an HTTP exchange failed below the status line
 │   ├── HttpConnectError   could not connect (refused, DNS, TLS)
 │   ├── HttpReadError      the peer reset or closed mid-response, or sent garbage
@@ -61,6 +62,7 @@ __all__ = [
     "TaskError",
     "TasksetError",
     "TemplateError",
+    "WorkerLost",
 ]
 
 
@@ -137,6 +139,10 @@ class RolloutTimeout(RolloutError, TimeoutError):
         super().__init__(f"{phase} timed out after {limit:g}s")
         self.phase = phase
         self.limit = limit
+
+
+class WorkerLost(RolloutError):
+    """The worker running a rollout died (its process or its node) mid-rollout."""
 
 
 class HttpError(ProctorError):

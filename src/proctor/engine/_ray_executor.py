@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .._errors import RolloutError, RuntimeLaunchError
+from .._errors import RolloutError, RuntimeLaunchError, WorkerLost
 from ..runtimes._ray import connect_ray, placement
 from ._rollout import execute
 from ._run import Run
@@ -34,10 +34,6 @@ log = logging.getLogger("proctor.engine.ray")
 
 _CLOSE = 30.0  # seconds a shard gets to tear its rollouts and runtime down at the end
 _Pairs = Sequence[tuple["Task", str]]
-
-
-class WorkerLost(RolloutError):
-    """The Ray worker running a rollout died (its process or its node) mid-rollout."""
 
 
 class RayExecutor:

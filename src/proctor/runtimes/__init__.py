@@ -2,6 +2,7 @@
 
 from ._base import Endpoint, Provider, ProviderLike, Runtime
 from ._local import LocalRuntime, find_environment
+from ._ray import RayRuntime
 from ._subprocess import SubprocessRuntime
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "LocalRuntime",
     "Provider",
     "ProviderLike",
+    "RayRuntime",
     "Runtime",
     "SubprocessRuntime",
     "find_environment",
