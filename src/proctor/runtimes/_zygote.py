@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runtime decides when we stop
     ctl = socket.socket(fileno=args.ctl)
+    gc.freeze()  # the children's collections then skip (and do not copy) what is loaded
     sys.stdout.flush()  # else every child would flush the import's prints again
     sys.stderr.flush()
     os.write(1, READY + b"\n")
