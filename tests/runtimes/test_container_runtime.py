@@ -108,16 +108,35 @@ def short_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 async def test_passes_the_conformance_suite(
-    image: str, options: dict[str, Any], short_tmp: str
+    image: str, options: dict[str, Any], short_tmp: str, leftovers: Callable[[str], list[str]]
 ) -> None:
     # The checker's marker folders go in short_tmp, mounted at the same path inside.
     runtime = ContainerRuntime(
         image, conformance_env.SOURCE, mounts=[f"{short_tmp}:{short_tmp}"], **options
     )
-    async with runtime:
-        report = await check_runtime(runtime, ECHO)
+    report = await check_runtime(runtime, ECHO)
     assert report.notes == []  # markers seen: tasks closed and shutdown hooks ran
     assert "cancelled while provisioning" in report.checks
+    assert leftovers(runtime.batch) == []
+
+
+@pytest.mark.parametrize("after", [0.0, 0.05, 0.15])
+async def test_cancelling_a_start_leaves_no_container(
+    image: str, options: dict[str, Any], leftovers: Callable[[str], list[str]], after: float
+) -> None:
+    runtime = ContainerRuntime(image, conformance_env.SOURCE, **options)
+
+    async def enter() -> None:
+        async with runtime(ECHO):
+            await asyncio.Event().wait()
+
+    starting = asyncio.create_task(enter())
+    await asyncio.sleep(after)  # the engine is somewhere in creating the container
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert leftovers(runtime.batch) == []
+    assert _socket_dirs(runtime.batch) == []
 
 
 async def test_the_image_is_found_again_by_its_content_hash(engine: Engine, image: str) -> None:

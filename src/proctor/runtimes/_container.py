@@ -6,6 +6,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import os
 import re
 import secrets
@@ -39,6 +40,8 @@ _MEMORY = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
 _TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
 _MAX_UNIX_PATH = 107  # bytes in a Unix socket path (sun_path less its NUL)
 _CLI_TIMEOUT = 60.0
+_REAP = 5.0  # seconds an engine client gets to create or leave a container at teardown
+_GIVE_UP = 1.0  # seconds a client creating a container gets to give up on SIGTERM
 _PORT_TAKEN = "address already in use"
 _PORT_ATTEMPTS = 3  # seconds an engine command (rm, ps, port) may take
 
@@ -281,13 +284,14 @@ class ContainerRuntime(Provider):
 
     async def _remove(self, name: str, grace: float) -> bool:
         """Stop (SIGTERM, SIGKILL after `grace` s) and remove a container; False if absent."""
+        seconds = str(math.ceil(grace))
         if self.engine_name == "podman":
-            code, _, err = await _cli([*self._exe, "rm", "-f", "-t", f"{grace:.0f}", name])
+            code, out, err = await _cli([*self._exe, "rm", "-f", "-t", seconds, name])
         else:
-            await _cli([*self._exe, "stop", "-t", f"{grace:.0f}", name])
-            code, _, err = await _cli([*self._exe, "rm", "-f", name])
+            await _cli([*self._exe, "stop", "-t", seconds, name])
+            code, out, err = await _cli([*self._exe, "rm", "-f", name])
         if code == 0:
-            return True
+            return bool(out.strip())  # `rm -f` names what it removed; podman exits 0 on none
         if "no such container" in err.lower():
             return False
         raise RuntimeLaunchError(f"{self.engine_name} rm {name}: {err.strip()}")
@@ -416,33 +420,47 @@ class _Container:
         return f"{where}: {what}" + (f"\n--- stderr (last lines) ---\n{tail}" if tail else "")
 
     async def stop(self) -> None:
-        """Remove the container (SIGTERM first), reap the client, delete the socket folder.
+        """Remove the container, reap the client, delete the socket folder.
 
-        A client still creating the container when we give up is killed first, then
-        the container is removed again, so none is created after we looked.
+        A container that announced gets SIGTERM and `stop_timeout` to run its shutdown
+        hooks. One still starting may be half-created by its client, and an engine can
+        lose a removal that races the creation: the client gets SIGTERM first (it gives
+        up, or passes the signal on), and the container is removed once the client is
+        gone, when nothing can create it any more.
         """
         spec, proc = self.spec, self.proc
-        if self.where.done() and not self.where.cancelled():
-            self.where.exception()  # a launch failure was raised already; mark it seen
+        served = self.where.done() and not self.where.cancelled()
+        if served and self.where.exception() is not None:
+            served = False  # a launch failure, already raised (now marked seen)
         try:
-            if proc is not None:
-                removed = False
-                if proc.returncode is None:
-                    removed = await spec._remove(self.name, spec.stop_timeout)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(proc.wait(), spec.stop_timeout + 5)
-                if proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    await proc.wait()
-                if not removed:
-                    await spec._remove(self.name, 0)
+            if proc is None:
+                return
+            if served and proc.returncode is None:
+                await spec._remove(self.name, spec.stop_timeout)
+            elif proc.returncode is None:
+                _signal(proc, signal.SIGTERM)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), _GIVE_UP)
+                await spec._remove(self.name, 0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), _REAP)  # it ends with its container
+            if proc.returncode is None:
+                _signal(proc, signal.SIGKILL)
+                await proc.wait()
+            if not served:
+                await spec._remove(self.name, 0)
         finally:
             for reader in self.readers:
                 reader.cancel()
             await asyncio.gather(*self.readers, return_exceptions=True)
             if self.dir is not None:
                 shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+    """Signal an engine client and whatever it started in its process group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def _socket_dir(batch: str, rollout: str) -> Path:
