@@ -10,6 +10,10 @@ network none and host. Per mode:
 - start-to-ready: sequential rollouts' substrate up to a served `hello` (entering the
   provider, then `connect` + `hello`), p50 and p90;
 - rollouts/s: `run_taskset` of N rows at max_concurrent 8 and 32, wall clock;
+- CPU per rollout (at 8): this process plus every sandbox process (for warm, the
+  zygote sandbox's tree with what it reaped; for cold, the reaped bwraps), so the
+  figure holds however busy the machine is; `2 cores / CPU per rollout` is the
+  ceiling on an idle 2-core machine (kernel threads' namespace cleanup not counted);
 - peak RSS: the largest VmHWM of a rollout's server process (read from /proc by pid
   namespace while it runs), and the zygote sandbox's own processes for warm.
 
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -81,13 +86,30 @@ async def start_to_ready(runtime: SandboxRuntime, n: int) -> tuple[list[float], 
     return samples, peak
 
 
+def _cpu(runtime: SandboxRuntime) -> float:
+    """CPU seconds so far of this process, its reaped children and the zygote's tree."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    zygote = runtime._zygote
+    if zygote is not None and zygote.proc.pid is not None:
+        tick = os.sysconf("SC_CLK_TCK")
+        for pid in _tree(zygote.proc.pid):
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                total += sum(map(int, stat[stat.rindex(")") + 2 :].split()[11:15])) / tick
+    return total
+
+
 async def throughput(runtime: SandboxRuntime, n: int, concurrency: int) -> dict[str, Any]:
-    t0 = time.perf_counter()
+    cpu0, t0 = _cpu(runtime), time.perf_counter()
     job = await run_taskset([TASK] * n, AGENT, runtime=runtime, max_concurrent=concurrency)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, _cpu(runtime) - cpu0
     graded = sum(run.reward == 1.0 for run in job.runs)
     errors = [run.error for run in job.runs if run.error is not None][:3]
-    return {"n": n, "graded": graded, "seconds": elapsed, "per_s": n / elapsed, "errors": errors}
+    return {"n": n, "graded": graded, "seconds": elapsed, "per_s": n / elapsed,
+            "cpu_ms": cpu / n * 1e3, "errors": errors}  # fmt: skip
 
 
 async def mode(warm: bool, network: str, quick: bool) -> dict[str, Any]:
@@ -144,15 +166,17 @@ async def main() -> None:
         for warm in (True, False)
         for network in ("none", "host")
     ]
-    print(f"SandboxRuntime on {os.cpu_count()} cores, user {os.geteuid()}")
+    load = os.getloadavg()[0]
+    print(f"SandboxRuntime on {os.cpu_count()} cores, user {os.geteuid()}, load {load:.1f}")
     print(
         f"{'mode':<10} {'ready p50':>10} {'p90':>8} {'roll/s @8':>10} {'@32':>8} "
-        f"{'rollout RSS':>12} {'zygote RSS':>11}"
+        f"{'CPU/roll':>9} {'rollout RSS':>12} {'zygote RSS':>11}"
     )
     for r in results:
         print(
             f"{r['mode']:<10} {r['ready_p50_ms']:>8.1f}ms {r['ready_p90_ms']:>6.1f}ms "
             f"{r['at8']['per_s']:>10.1f} {r['at32']['per_s']:>8.1f} "
+            f"{r['at8']['cpu_ms']:>7.1f}ms "
             f"{r['rollout_hwm_kb'] / 1024:>10.1f}MB {r['zygote_hwm_kb'] / 1024:>9.1f}MB"
         )
         for key in ("at8", "at32"):

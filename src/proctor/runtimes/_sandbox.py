@@ -1101,12 +1101,14 @@ def _zygote_main(args: argparse.Namespace) -> int:
 
     asyncio.run(asyncio.sleep(0))  # asyncio's lazy imports and first-use setup, once
     gc.freeze()  # children's collections then leave these objects' pages shared
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps our children
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when we stop
     sys.stderr.flush()
     ctl.send(_READY)
     while True:
         data, fds, _, _ = socket.recv_fds(ctl, 65536, 1)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass  # earlier children, which exit as soon as their rollout is forked
         if not data:
             return 0  # the host closed the channel (or died): the sandbox ends with us
         if not fds:
@@ -1194,8 +1196,7 @@ def _rollout(
 
     try:
         os.setsid()
-        for sig in (signal.SIGCHLD, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         _seal(network)
         _apply_limits(limits)
         os.dup2(2, 1)  # the environment's prints go to the log
