@@ -19,18 +19,23 @@ private mount namespace held by a small helper process, and bwrap (entered into 
 Network: `network="none"` gives the sandbox its own network namespace with only `lo`; the
 control channel then listens on a Unix socket bound into the sandbox from a host folder,
 and the endpoint is `unix:///path`. `network="host"` keeps the host's network; the
-server listens on a loopback port (`tcp://127.0.0.1:port`). Capabilities (the shell of
-`env.add_shell`, ...) work in both modes through `run.binding(name)`: the client tunnels
-them over the control connection and the server dials them on its own loopback. Their
-raw manifest URLs are reachable from the host only with `network="host"`.
+server listens on a loopback port (`tcp://127.0.0.1:port`), and every loopback port of
+the host (other rollouts' servers and capabilities included) is reachable from the
+sandbox and the other way round: isolation between rollouts needs `network="none"`.
+Capabilities (the shell of `env.add_shell`, ...) work in both modes through
+`run.binding(name)`: the client tunnels them over the control connection and the server
+dials them on its own loopback. Their raw manifest URLs are reachable from the host only
+with `network="host"`.
 
 Limits, per runtime (`limits=`) and per task (`runtime_config={"limits": {...}}`, key by
 key over the runtime's), applied inside the sandbox before the source is loaded:
 `memory` (bytes or "512M": address space per process, RLIMIT_AS), `processes` (processes
 and threads of the sandbox user within this sandbox, RLIMIT_NPROC: a fork bomb stops
 there), `cpu_time` (CPU seconds per process, RLIMIT_CPU) and `wall_time` (seconds from
-start until the whole sandbox is killed). cgroups are not used: this runtime must work
-with unprivileged bwrap and hosts without a delegated cgroup v2 tree.
+start until the whole sandbox is killed; the rollout then fails at its next call into
+the environment, so bound the rollout itself with `Timeouts`). cgroups are not used:
+this runtime must work with unprivileged bwrap and hosts without a delegated cgroup v2
+tree, so memory is per process, not per sandbox.
 
 Teardown: the server is the first process of the sandbox's pid namespace; SIGTERM runs
 its shutdown hooks, SIGKILL after `stop_timeout` ends it, and the kernel then kills
