@@ -269,6 +269,23 @@ async def test_launch_failures_name_their_cause_and_leave_nothing(
         assert leftovers(runtime.batch) == [], why
 
 
+async def test_a_container_that_exits_mid_rollout_is_removed_too(
+    image: str, options: dict[str, Any], leftovers: Callable[[str], list[str]]
+) -> None:
+    announce_and_exit = "print('PROCTOR_SERVE_UNIX=/run/proctor/env.sock')"
+    runtime = ContainerRuntime(image, command=["python", "-c", announce_and_exit], **options)
+    async with runtime(ECHO):
+        assert await _poll(lambda: _exited(options["engine"], runtime.batch), within=10)
+        assert await _poll(lambda: not _clients(runtime.batch), within=10)  # client gone too
+    assert leftovers(runtime.batch) == []
+
+
+def _exited(engine: str, batch: str) -> bool:
+    argv = [engine, "ps", "-a", "-q", f"--filter=label=proctor.batch={batch}"]
+    argv.append("--filter=status=exited")
+    return bool(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split())
+
+
 async def test_reconcile_removes_what_a_killed_driver_left(
     image: str, options: dict[str, Any], leftovers: Callable[[str], list[str]]
 ) -> None:

@@ -435,7 +435,7 @@ class _Container:
         try:
             if proc is None:
                 return
-            if served and proc.returncode is None:
+            if served:  # running, or exited on its own: removed either way
                 await spec._remove(self.name, spec.stop_timeout)
             elif proc.returncode is None:
                 _signal(proc, signal.SIGTERM)
