@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PEERS := .venv-peers
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench peers clean
+.PHONY: demo test lint bench peers sysdeps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,14 @@ $(PEERS)/.installed:
 
 peers: $(PEERS)/.installed
 
+# What the substrate tests run for real: bubblewrap (SandboxRuntime), podman with runc
+# (ContainerRuntime; crun fails on these hosts' cgroups). Installed as root when missing.
+sysdeps:
+	@if command -v bwrap >/dev/null && command -v podman >/dev/null && [ -x /usr/sbin/runc ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc >/dev/null; \
+	else echo "make sysdeps: install bubblewrap, podman and runc (as root: apt-get install -y bubblewrap podman runc)" >&2; exit 1; fi
+
 demo: $(STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
 	$(BIN)/proctor run examples/shellfix/tasks.py
@@ -33,12 +41,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy
 
-test: $(STAMP) peers lint
+test: $(STAMP) peers sysdeps lint
 	PROCTOR_PEERS_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q
 
 bench: $(STAMP) peers
 	$(BIN)/python bench/rollouts.py --peers-python $(PEERS)/bin/python
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/substrates.py
 
 clean:
 	rm -rf $(VENV) $(PEERS) .pytest_cache .mypy_cache .ruff_cache

@@ -52,11 +52,13 @@ _EXPORTS = {
     "Server": ".channel",
     "connect": ".channel",
     # runtimes
+    "ContainerRuntime": ".runtimes",
     "Endpoint": ".runtimes",
     "LocalRuntime": ".runtimes",
     "Provider": ".runtimes",
     "RayRuntime": ".runtimes",
     "Runtime": ".runtimes",
+    "SandboxRuntime": ".runtimes",
     "SubprocessRuntime": ".runtimes",
     # engine
     "Grade": ".engine",
@@ -129,11 +131,13 @@ if TYPE_CHECKING:
     from .models import ModelClient, RetryPolicy, model_client
     from .proxy import InterceptionProxy, Limits
     from .runtimes import (
+        ContainerRuntime,
         Endpoint,
         LocalRuntime,
         Provider,
         RayRuntime,
         Runtime,
+        SandboxRuntime,
         SubprocessRuntime,
     )
     from .tasks import Task, Taskset
