@@ -57,8 +57,11 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     # a zombie still answers kill(0); its state says it is gone
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the two looks
+        return True
 
 
 def pid_in(path: Path) -> int | None:
