@@ -242,9 +242,15 @@ class ShellServer:
                 _feed(transport, stdin)
             timed_out = await proc.finish(pgid, limit, self.linger)
         finally:
-            if not proc.exited.done():  # cancelled: take the whole group down with it
-                _killpg(pgid)
-            transport.close()
+            try:
+                if not proc.exited.done():  # cancelled: take the whole group down with it
+                    _killpg(pgid)
+                    # ...and reap the shell, or its Popen outlives the loop unreaped
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(2):
+                            await asyncio.shield(proc.exited)
+            finally:
+                transport.close()
             if not _alive(pgid):
                 self._groups.discard(pgid)
         stdout, cut_out = proc.stdout.text()
