@@ -100,7 +100,8 @@ class ContainerRuntime(Provider):
         labels: more labels for every container.
         oci_runtime: OCI runtime for the engine (`--runtime`, e.g. /usr/sbin/runc).
         ulimits: per-container limits (soft, or (soft, hard)); the engines' own
-            defaults can exceed what the host allows.
+            defaults can exceed what the host allows. `nproc` counts every process of
+            the container's user on the host (root's, for a rootful engine).
         args: more options for `run`, before the image.
         startup_timeout: seconds to wait for the server's announcement.
         stop_timeout: seconds between SIGTERM and SIGKILL at teardown.
