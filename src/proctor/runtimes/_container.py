@@ -213,15 +213,8 @@ class ContainerRuntime(Provider):
         argv += ["--env", self.env_name] if self.env_name else []
         if unix:
             return [*argv, "--unix", SOCKET]
-        return [
-            *argv,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(self.port),
-            "--token-env",
-            "PROCTOR_TOKEN",
-        ]
+        tcp = f"--host 0.0.0.0 --port {self.port} --token-env PROCTOR_TOKEN"
+        return [*argv, *tcp.split()]
 
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
@@ -275,7 +268,8 @@ class ContainerRuntime(Provider):
                 raise RuntimeLaunchError(f"{self.engine_name} rm: {err.strip()}")
         batch = labels.get("proctor.batch")
         if batch is not None and _NAME.match(batch):
-            for folder in _socket_dir(batch, "*").parent.glob(_socket_dir(batch, "*").name):
+            rollouts = _socket_dir(batch, "[0-9a-f]" * 16)  # not those of batch "{batch}-x"
+            for folder in rollouts.parent.glob(rollouts.name):
                 shutil.rmtree(folder, ignore_errors=True)
         return ids
 
