@@ -107,12 +107,22 @@ def short_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.parametrize("network", ["none", "bridge"])
 async def test_passes_the_conformance_suite(
-    image: str, options: dict[str, Any], short_tmp: str, leftovers: Callable[[str], list[str]]
+    image: str,
+    options: dict[str, Any],
+    short_tmp: str,
+    leftovers: Callable[[str], list[str]],
+    network: str,
 ) -> None:
     # The checker's marker folders go in short_tmp, mounted at the same path inside.
+    # On a bridge the port is published on 127.0.0.1 and the endpoint carries a token.
     runtime = ContainerRuntime(
-        image, conformance_env.SOURCE, mounts=[f"{short_tmp}:{short_tmp}"], **options
+        image,
+        conformance_env.SOURCE,
+        mounts=[f"{short_tmp}:{short_tmp}"],
+        network=network,
+        **options,
     )
     report = await check_runtime(runtime, ECHO)
     assert report.notes == []  # markers seen: tasks closed and shutdown hooks ran

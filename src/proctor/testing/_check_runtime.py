@@ -161,10 +161,10 @@ class _Checker:
                 sc.probe.urls.append(url)
                 targets.append(url)
             for target in targets:
-                await self.hello(target)
+                await self.hello(target, ep.token)
 
-    async def hello(self, target: Any) -> None:
-        async with connect(target, ready_timeout=self.timeout / 2) as client:
+    async def hello(self, target: Any, token: str | None = None) -> None:
+        async with connect(target, ready_timeout=self.timeout / 2, token=token) as client:
             assert client.manifest is not None
             if client.manifest.env_name != self.base.env:
                 raise self.fail(
