@@ -128,9 +128,8 @@ class FirstWaits(Echo):
 class HoldOn(Echo):
     """Posts its pid, then blocks forever, on `node` (on every node when None).
 
-    With `settle=0`, the shard reports the agent phase straight to the driver as this
-    post sets off on its longer way (to the board, whose answer tells the driver to
-    kill): the driver has heard of the phase by the time the worker dies.
+    With `settle=0`, the shard has recorded the agent phase in the GCS before this
+    runs, so the post (whose answer tells the driver to kill) cannot outrun it.
     """
 
     def __init__(self, board: Any, node: str | None) -> None:
@@ -301,6 +300,8 @@ async def unpicklable_trace(ctx: Context) -> dict[str, Any]:
 
 
 async def worker_node_dies(ctx: Context) -> dict[str, Any]:
+    from ray.experimental import internal_kv
+
     posts = board()
     agent = HoldOn(posts, ctx.nodes[WORKER_LABEL])
     done: list[int] = []
@@ -314,6 +315,7 @@ async def worker_node_dies(ctx: Context) -> dict[str, Any]:
     t0 = time.monotonic()
     result = await asyncio.wait_for(job, 60)
     return {
+        "recorded_left": internal_kv._internal_kv_list("proctor/phase/"),  # settle=0's
         "killed": len(killed),
         "seconds_after_kill": time.monotonic() - t0,
         "runs": [summary(r) for r in result.runs],

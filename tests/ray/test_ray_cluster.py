@@ -216,3 +216,4 @@ def test_a_dead_worker_node_fails_only_its_rollouts(results: dict[str, Any]) -> 
     assert len(rest) == 21 and {r["agent_node"] for r in rest} == {nodes[HEAD_LABEL]}
     assert all("died" in m for m in outcome["messages"])
     assert outcome["seconds_after_kill"] < 20
+    assert outcome["recorded_left"] == []  # the job dropped the phases it recorded

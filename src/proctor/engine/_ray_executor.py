@@ -33,6 +33,7 @@ __all__ = ["RayExecutor", "WorkerLost"]
 log = logging.getLogger("proctor.engine.ray")
 
 _CLOSE = 30.0  # seconds a shard gets to tear its rollouts and runtime down at the end
+_BOOK = "proctor/phase/"  # GCS key prefix of the phases `settle=0` records; a job's own follows
 _Pairs = Sequence[tuple["Task", str]]
 
 
@@ -41,8 +42,9 @@ class RayExecutor:
 
     Each shard is an async actor holding the agent and the runtime (shipped once,
     pickled). It runs up to `concurrency` whole rollouts at once (provision, agent,
-    grade, teardown), streaming back each phase once it has lasted `settle` seconds,
-    then the `Run`, so runs reach the driver's job as they finish. A shard takes a new
+    grade, teardown), streaming back each phase once it has lasted `settle` seconds
+    (with `settle=0`, recording each in the cluster's GCS before entering it), then
+    the `Run`, so runs reach the driver's job as they finish. A shard takes a new
     rollout only when one of its own ends; when a shard dies, the rollouts it had in
     flight fail with `WorkerLost` in the last phase it reported, and the rest of the
     job goes on on the shards left. A runtime that is an async context manager is entered once per
@@ -58,8 +60,11 @@ class RayExecutor:
             CPU, so shards never crowd out the environments' own actors).
         startup_timeout: seconds for the shards to be placed and ready.
         settle: seconds a phase must last before its shard reports it; a worker that
-            dies sooner after a change is reported in the phase before. 0 reports every
-            change, at about 0.5 ms of driver CPU each (a fast rollout has six).
+            dies sooner after a change is reported in the phase before. 0 makes phases
+            exact: the shard writes each change to the GCS and waits for its answer
+            before the rollout goes on (a round trip of about 1 ms that stalls the
+            shard's other rollouts; a fast rollout has five changes), and the driver
+            reads it only when a worker dies.
 
     Raises:
         ValueError: a count is below 1, `settle` is negative, or `resources` is
@@ -112,7 +117,8 @@ class RayExecutor:
         if not pairs:
             return
         await connect_ray(self.address)
-        shards = await self._start(agent, runtime, Timeouts.of(timeout))
+        book = f"{_BOOK}{uuid.uuid4().hex}/" if self.settle == 0 else None
+        shards = await self._start(agent, runtime, Timeouts.of(timeout), book)
         try:
             cursor = iter(enumerate(pairs))
             limit = asyncio.Semaphore(max_concurrent or len(pairs))
@@ -125,12 +131,16 @@ class RayExecutor:
                 finished(i, _failed(task, job_id, gid, uuid.uuid4().hex, "provisioning", lost))
         finally:
             await asyncio.shield(asyncio.gather(*(s.close() for s in shards)))
+            if book is not None:
+                _forget(book)
 
-    async def _start(self, agent: Agent, runtime: ProviderLike, limits: Timeouts) -> list[_Shard]:
+    async def _start(
+        self, agent: Agent, runtime: ProviderLike, limits: Timeouts, book: str | None
+    ) -> list[_Shard]:
         import ray
 
         try:
-            cargo = ray.put((agent, runtime, limits, self.settle))
+            cargo = ray.put((agent, runtime, limits, self.settle, book))
         except Exception as exc:  # Ray wraps pickling failures in several types
             raise RuntimeLaunchError(
                 f"cannot ship the agent and runtime to Ray workers (they must pickle): {exc}"
@@ -138,7 +148,7 @@ class RayExecutor:
         nodes = self._nodes()
         count = self.shards or len(nodes)
         places = itertools.islice(itertools.cycle(nodes), count)
-        shards = [self._shard(node, cargo) for node in places]
+        shards = [self._shard(node, cargo, book) for node in places]
         opening: dict[asyncio.Future[None], _Shard] = {
             asyncio.ensure_future(s.handle.open.remote()): s for s in shards
         }
@@ -162,12 +172,13 @@ class RayExecutor:
             log.warning("%r: %d of %d shards came up", self, len(up), count)
         return up
 
-    def _shard(self, node: str, cargo: Any) -> _Shard:
+    def _shard(self, node: str, cargo: Any, book: str | None) -> _Shard:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options = {**self.options, "max_concurrency": self.concurrency + 1}
         strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-        return _Shard(_shard_actor().options(scheduling_strategy=strategy, **options).remote(cargo))
+        actor = _shard_actor().options(scheduling_strategy=strategy, **options)
+        return _Shard(actor.remote(cargo), book)
 
     def _nodes(self) -> list[str]:
         """Ids of the live nodes big enough for a shard.
@@ -195,10 +206,15 @@ class RayExecutor:
 
 
 class _Shard:
-    """The driver's side of one shard actor: feeds it rollouts while it lives."""
+    """The driver's side of one shard actor: feeds it rollouts while it lives.
 
-    def __init__(self, handle: ActorHandle[Any]) -> None:
+    With a `book` (the GCS key prefix `settle=0` uses), a lost rollout's phase is the
+    one its shard last recorded there, not the last one streamed back.
+    """
+
+    def __init__(self, handle: ActorHandle[Any], book: str | None) -> None:
         self.handle = handle
+        self.book = book
         self.alive = True
 
     async def work(
@@ -237,6 +253,8 @@ class _Shard:
             raise
         except RayActorError as exc:
             self.alive = False
+            if self.book is not None:
+                phase = _recorded(self.book + trace_id) or phase
             lost = WorkerLost(f"the Ray worker running it died: {str(exc).splitlines()[0]}")
             return _failed(task, job_id, group_id, trace_id, phase, lost, started)
         except RayError as exc:  # e.g. the run would not pickle (a lock in its trace)
@@ -288,13 +306,17 @@ def _failed(
 
 
 class _TrackedRun(Run):
-    """A `Run` that reports each phase change; pickles as a plain `Run`."""
+    """A `Run` that reports each phase change before making it; pickles as a plain `Run`.
+
+    The first phase, set as the run is made, is not reported: the driver assumes it.
+    """
 
     __slots__ = ("_notify",)
 
     def __init__(self, task: Task, notify: Callable[[str], None], **ids: str) -> None:
-        self._notify = notify
+        self._notify: Callable[[str], None] = lambda _: None
         super().__init__(task, **ids)
+        self._notify = notify
 
     @property
     def phase(self) -> str:
@@ -302,8 +324,8 @@ class _TrackedRun(Run):
 
     @phase.setter
     def phase(self, value: str) -> None:
+        self._notify(value)  # if reporting fails, the run fails in the phase it was in
         _PHASE.__set__(self, value)
-        self._notify(value)
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = {name: getattr(self, name) for name in Run.__slots__ if hasattr(self, name)}
@@ -323,8 +345,8 @@ def _plain_run(state: dict[str, Any]) -> Run:
 class _ShardActor:
     """Runs whole rollouts in a Ray worker; the driver's `_Shard` talks to it."""
 
-    def __init__(self, cargo: tuple[Agent, ProviderLike, Timeouts, float]) -> None:
-        self.agent, self.runtime, self.timeout, self.settle = cargo
+    def __init__(self, cargo: tuple[Agent, ProviderLike, Timeouts, float, str | None]) -> None:
+        self.agent, self.runtime, self.timeout, self.settle, self.book = cargo
         self.entered = False
         self.running: set[asyncio.Task[Run]] = set()
 
@@ -338,19 +360,23 @@ class _ShardActor:
     async def rollout(
         self, task: Task, job_id: str, group_id: str, trace_id: str
     ) -> AsyncIterator[str | Run]:
-        """Yield the rollout's phases that last (see `_settled`), then its `Run`."""
+        """Yield the rollout's phases that last (see `_settled`), then its `Run`.
+
+        With a book, each phase is recorded there instead, before the run enters it.
+        """
         phases: asyncio.Queue[str | None] = asyncio.Queue()
-        run = _TrackedRun(
-            task, phases.put_nowait, job_id=job_id, group_id=group_id, trace_id=trace_id
-        )
+        book = self.book
+        notify = phases.put_nowait if book is None else functools.partial(_record, book + trace_id)
+        run = _TrackedRun(task, notify, job_id=job_id, group_id=group_id, trace_id=trace_id)
         work = asyncio.create_task(
             execute(run, self.agent, runtime=self.runtime, timeout=self.timeout)
         )
         self.running.add(work)
         work.add_done_callback(lambda _: phases.put_nowait(None))
         try:
-            async for phase in _settled(phases, self.settle):
-                yield phase
+            if book is None:
+                async for phase in _settled(phases, self.settle):
+                    yield phase
             yield await work
         finally:
             self.running.discard(work)
@@ -388,6 +414,29 @@ async def _settled(phases: asyncio.Queue[str | None], settle: float) -> AsyncIte
         if phase is None:
             return
         pending = phase
+
+
+def _record(key: str, phase: str) -> None:
+    """Store `phase` under `key` in the GCS; returns once the GCS has it."""
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(key, phase)
+
+
+def _recorded(key: str) -> str | None:
+    from ray.experimental import internal_kv
+
+    value = internal_kv._internal_kv_get(key)
+    return None if value is None else value.decode()
+
+
+def _forget(prefix: str) -> None:
+    from ray.experimental import internal_kv
+
+    try:  # from a `finally`: must not hide why the job ended
+        internal_kv._internal_kv_del(prefix, del_by_prefix=True)
+    except Exception as exc:
+        log.debug("could not drop the recorded phases %s: %r", prefix, exc)
 
 
 @functools.cache
