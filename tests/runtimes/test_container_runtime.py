@@ -159,6 +159,16 @@ def test_the_image_is_found_again_by_its_content_hash(engine: Engine) -> None:
     assert _inspect(engine, ref, "{{.Id}}") == built  # found, not imported again
 
 
+def test_an_image_of_files_below_tmp_builds(engine: Engine, tmp_path: Path) -> None:
+    # /tmp is one of the image's own folders: a project living below it (a CI clone in
+    # /tmp, say) once put it in the archive twice, which the engine refuses.
+    (tmp_path / "data.txt").write_text("x")
+    assert str(tmp_path).startswith("/tmp/")
+    ref = python_image(engine=engine, paths=[str(tmp_path)], repository="localhost/proctor-tmp")
+    assert _inspect(engine, ref, "{{.Id}}")
+    subprocess.run([engine, "rmi", ref], capture_output=True, check=False)
+
+
 def test_python_image_names_what_it_cannot_find() -> None:
     with pytest.raises(ValueError, match="'no-such-distribution' is not installed"):
         python_image(distributions=["no-such-distribution"])

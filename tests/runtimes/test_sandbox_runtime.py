@@ -224,8 +224,22 @@ async def test_rollouts_do_not_see_each_others_files_or_processes(warm: bool) ->
         first_run = await first
     a, b = json.loads(first_run.prompt), json.loads(second.prompt)
     assert a["pidns"] != b["pidns"]
-    assert b["tmp"] == [] and b["write"]["tmp"] == "ok"  # a fresh /tmp, not the first's
+    # A fresh /tmp, not the first's: only the mount points of host paths bound under it
+    # (the source and the venv, when the project itself lives below /tmp).
+    assert "f" not in b["tmp"] and set(b["tmp"]) <= _bound_under_tmp()
+    assert b["write"]["tmp"] == "ok"
     assert len(b["pids"]) < 5  # the server and whatever it runs, nobody else's
+
+
+def _bound_under_tmp() -> set[str]:
+    """First components of the host paths a sandbox binds that lie below /tmp."""
+    paths = [Path(SOURCE), Path(sys.prefix), Path(sys.base_prefix), *map(Path, sys.path)]
+    tmp = Path("/tmp")
+    return {
+        p.resolve().relative_to(tmp).parts[0]
+        for p in paths
+        if p.resolve().is_relative_to(tmp) and p.resolve() != tmp
+    }
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])

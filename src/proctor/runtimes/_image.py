@@ -234,7 +234,10 @@ class _Files:
             yield info, data
         bytecode = self.bytecode() if compiled else {}
         made_dirs = {os.path.dirname(p) for p in bytecode} - self.entries
+        fixed = {*dirs, *_ETC}  # a project below /tmp must not add /tmp twice
         for path in sorted({*self.entries, *bytecode, *made_dirs}):
+            if path.lstrip("/") in fixed:
+                continue
             info = tarfile.TarInfo(path.lstrip("/"))
             if path in bytecode:
                 info.size, info.mode = len(bytecode[path]), 0o644
