@@ -114,6 +114,36 @@ def test_warm_runtime_forks_each_rollout_from_a_zygote() -> None:
     assert (summary["runs"], summary["errors"], summary["mean_reward"]) == (24, 0, 1.0)
 
 
+@pytest.mark.parametrize("runtime", ["sandbox", "sandbox-warm"])
+def test_sandbox_runtimes(runtime: str) -> None:
+    result = proctor("run", TASKS, "--runtime", runtime, "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["runs"], summary["errors"], summary["mean_reward"]) == (12, 0, 1.0)
+
+
+def test_unix_socket_server_and_runtime(tmp_path: Path) -> None:
+    path = tmp_path / "env.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proctor.cli", "serve", LETTERS / "env.py", "--unix", path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"PROCTOR_SERVE_UNIX={path}"
+        result = proctor("run", TASKS, "--runtime", f"unix://{path}", "--json")
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert (summary["runs"], summary["errors"], summary["mean_reward"]) == (12, 0, 1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+
+
 def test_tcp_runtime(served: Served) -> None:
     result = proctor("run", TASKS, "--runtime", served.url, "--group", "3", "--json")
     assert result.returncode == 0, result.stderr

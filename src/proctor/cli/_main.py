@@ -156,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     serve.add_argument("--port", type=_port, default=0, help="port to bind (default: any free)")
     serve.add_argument(
+        "--unix",
+        metavar="PATH",
+        help="listen on a Unix socket at PATH instead of a port (prints "
+        "'PROCTOR_SERVE_UNIX=<path>'; clients use unix:///PATH)",
+    )
+    serve.add_argument(
         "--token-env",
         metavar="VAR",
         help="environment variable holding the shared token (required off loopback)",
@@ -256,15 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="rollouts at a time (default: all for local and tcp, 2 per CPU for "
-        "subprocess and warm)",
+        "the runtimes that start processes)",
     )
     run.add_argument(
         "--runtime",
         default="local",
-        metavar="local|subprocess|warm|tcp://H:P",
+        metavar="local|subprocess|warm|sandbox|sandbox-warm|tcp://H:P|unix:///P",
         help="where environments run: in this process (default), one fresh child "
         "process per rollout, one child per rollout forked from a warm pre-loaded "
-        "zygote, or a server already running",
+        "zygote, the same two inside a bubblewrap sandbox with no network, or a "
+        "server already running",
     )
     run.add_argument(
         "--env",

@@ -32,12 +32,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     source, env_name = split_source(args.source, args.env)
     runtime = _parse_runtime(args.runtime)
     env_source = args.env_source or source
-    if not runtime.startswith("tcp://") and not _is_python(env_source):
+    remote = runtime.startswith(("tcp://", "unix://"))
+    if not remote and not _is_python(env_source):
         raise CLIError(
             f"{env_source} is not a Python source, so it defines no environment; "
             "pass --env-source PATH.py (or --runtime tcp://HOST:PORT)"
         )
-    if runtime in ("subprocess", "warm") and not Path(env_source).exists():
+    if runtime in _CHILDREN and not Path(env_source).exists():
         raise CLIError(f"{env_source}: no such file")
     if args.output and os.path.lexists(args.output):
         raise CLIError(f"{args.output} already exists; --output writes a new file")
@@ -45,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not len(taskset):
         raise CLIError(f"{source}: the taskset has no rows")
     row_envs = sorted({task.env for task in taskset})
-    if env_name is None and len(row_envs) == 1 and not runtime.startswith("tcp://"):
+    if env_name is None and len(row_envs) == 1 and not remote:
         env_name = row_envs[0]  # picks the rows' environment when the source has several
     served: Environment | None = None
     if runtime == "local":
@@ -62,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if agent is None:
         agent = resolve_agent(args.agent, source, env_source)
     max_concurrent = args.max_concurrent
-    if max_concurrent is None and runtime in ("subprocess", "warm"):
+    if max_concurrent is None and runtime in _CHILDREN:
         max_concurrent = 2 * (os.cpu_count() or 1)
     writer = _Writer(args.output) if args.output else None
     try:
@@ -199,12 +200,19 @@ def _is_python(source: str) -> bool:
 # -- runtime ----------------------------------------------------------------------------
 
 
+# Runtimes that serve each rollout from a child process of the given source.
+_CHILDREN = ("subprocess", "warm", "sandbox", "sandbox-warm")
+
+
 def _parse_runtime(text: str) -> str:
-    if text in ("local", "subprocess", "warm"):
+    if text == "local" or text in _CHILDREN:
         return text
-    if text.startswith("tcp://"):
+    if text.startswith(("tcp://", "unix://")):
         return text
-    raise CLIError(f"--runtime: expected local, subprocess, warm or tcp://HOST:PORT, got {text!r}")
+    raise CLIError(
+        "--runtime: expected local, subprocess, warm, sandbox, sandbox-warm, tcp://HOST:PORT "
+        f"or unix:///PATH, got {text!r}"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -230,6 +238,12 @@ async def _provider(
     elif runtime == "warm":
         async with SubprocessRuntime(env_source, env_name=env_name, warm=True) as warm:
             yield warm
+    elif runtime in ("sandbox", "sandbox-warm"):
+        from ..runtimes import SandboxRuntime
+
+        sandbox = SandboxRuntime(env_source, env_name=env_name, warm=runtime == "sandbox-warm")
+        async with sandbox:
+            yield sandbox
     else:
         from ..channel import connect
 

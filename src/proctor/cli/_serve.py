@@ -15,5 +15,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     source, env_name = split_source(args.source, args.env)
     return run_server(
-        source, env_name, args.host, args.port, args.token_env, args.park_ttl, args.json
+        source,
+        env_name,
+        args.host,
+        args.port,
+        args.token_env,
+        args.park_ttl,
+        args.json,
+        unix=args.unix,
     )
