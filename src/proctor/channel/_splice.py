@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import cast
-from urllib.parse import quote, unquote, urlsplit
 
+from .._urls import host_port, http_unix_url, unix_path
 from ._reads import BufferedReads
 
 __all__ = ["Pipe", "dial", "host_port", "http_unix_url", "unix_path"]
@@ -73,46 +73,6 @@ class Pipe(BufferedReads):
     def resume_writing(self) -> None:
         if self.peer is not None:
             self.peer.resume_reading()
-
-
-def host_port(url: str) -> tuple[str, int]:
-    """Host and port of a capability or endpoint URL (`tcp://h:p`, `ssh://u@h:p`, ...).
-
-    Raises:
-        ValueError: the URL names no host or port.
-    """
-    parts = urlsplit(url if "://" in url else f"tcp://{url}")
-    if not parts.hostname or parts.port is None:
-        raise ValueError(f"{url!r} names no host:port")
-    return parts.hostname, parts.port
-
-
-def unix_path(url: str) -> str | None:
-    """The socket path of a Unix-socket URL, or None for a TCP-style URL.
-
-    Two forms: `unix:///abs/path` (a raw byte stream: the control channel, the shell)
-    and `http+unix://<percent-encoded abs path>/<http path>` (HTTP over a Unix socket,
-    e.g. an MCP server); see `http_unix_url`.
-
-    Raises:
-        ValueError: a Unix URL whose path is not absolute.
-    """
-    scheme, _, rest = url.partition("://")
-    if scheme == "unix":
-        path = rest
-    elif scheme.endswith("+unix"):
-        path = unquote(rest.split("/", 1)[0])
-    else:
-        return None
-    if not path.startswith("/"):
-        raise ValueError(f"{url!r}: a Unix socket URL names an absolute path")
-    return path
-
-
-def http_unix_url(socket_path: str, path: str = "/", scheme: str = "http") -> str:
-    """`http+unix://...` for HTTP served on `socket_path` at `path`."""
-    path = path if path.startswith("/") else "/" + path
-    return f"{scheme}+unix://{quote(socket_path, safe='')}{path}"
 
 
 async def dial(url: str, factory: Callable[[], asyncio.BaseProtocol]) -> asyncio.BaseTransport:
