@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-env",
         default=None,
-        help="name of the environment variable holding the shared token",
+        help="name of the environment variable holding the shared token (removed once read)",
     )
     parser.add_argument("--park-ttl", type=float, default=DEFAULT_PARK_TTL)
     args = parser.parse_args(argv)
@@ -147,7 +147,8 @@ def run_server(
 
     token = None
     if token_env:
-        token = os.environ.get(token_env)
+        # Removed once read: nothing the environment starts (its shell's commands) sees it.
+        token = os.environ.pop(token_env, None)
         if not token:
             print(f"error: environment variable {token_env} is empty or unset", file=sys.stderr)
             return 1

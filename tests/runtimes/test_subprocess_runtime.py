@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import stat
+import subprocess
 import sys
 import textwrap
 import time
@@ -311,13 +312,74 @@ async def test_python_env_and_cwd_are_honoured(tmp_path: Path, source: Path) -> 
     )
     assert run.status == "completed", run.error
     assert run.prompt == f"from-the-runtime|{workdir}"
-    assert called.read_text().split() == ["-m", "proctor.serve", str(source)]
+    assert called.read_text().split() == [
+        "-m", "proctor.serve", str(source), "--token-env", "PROCTOR_TOKEN"
+    ]  # fmt: skip
 
 
 def test_argv_and_construction(source: Path) -> None:
     runtime = SubprocessRuntime(source, env_name="subprocess-env", python="py")
-    assert runtime.argv() == ["py", "-m", "proctor.serve", str(source), "--env", "subprocess-env"]
+    assert runtime.argv() == [
+        "py", "-m", "proctor.serve", str(source), "--token-env", "PROCTOR_TOKEN",
+        "--env", "subprocess-env",
+    ]  # fmt: skip
     assert SubprocessRuntime(command=["serve", "it"]).argv() == ["serve", "it"]
     assert repr(SubprocessRuntime(command=["serve"])) == "SubprocessRuntime(['serve'])"
     with pytest.raises(ValueError, match="source or a command"):
         SubprocessRuntime()
+
+
+# --- the driver's death ---------------------------------------------------------------------
+
+DRIVER = """
+import asyncio, contextlib, sys
+from proctor import Task
+from proctor.runtimes import SubprocessRuntime
+
+async def main():
+    runtime = SubprocessRuntime(sys.argv[1])
+    task = Task(env="subprocess-env", id="echo", args={"text": "hi"})
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(3):
+            await stack.enter_async_context(runtime(task))
+        print("serving", flush=True)
+        await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def children_of(parent: int) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        with contextlib.suppress(OSError):
+            stat = Path(entry.path, "stat").read_text()
+            if entry.name.isdigit() and int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
+                found.append(int(entry.name))
+    return found
+
+
+async def test_cold_children_die_with_a_killed_driver(tmp_path: Path, source: Path) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    driver = subprocess.Popen(  # noqa: ASYNC220 - reads one line, then is killed
+        [sys.executable, str(script), str(source)], stdout=subprocess.PIPE, text=True
+    )
+    servers: list[int] = []
+    try:
+        assert driver.stdout is not None
+        assert driver.stdout.readline() == "serving\n"
+        servers = children_of(driver.pid)
+        assert len(servers) == 3
+    finally:
+        driver.kill()
+        driver.wait()
+        driver.stdout and driver.stdout.close()
+    try:
+        assert await poll(lambda: all(gone(pid) for pid in servers), 5.0), [
+            pid for pid in servers if not gone(pid)
+        ]
+    finally:
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -40,10 +40,10 @@ class RayRuntime(Provider):
     """Serve each rollout's environment in its own Ray actor, placed across a cluster.
 
     The actor loads `source`, runs the initialize hooks, binds a port on its node's
-    address and returns `tcp://node:port` (with a fresh token when that address is
-    not loopback). The agent stays in this process and connects there. At teardown
-    the actor closes the server and runs the shutdown hooks (within `stop_timeout`),
-    then is killed: Ray ends its worker process.
+    address and returns `tcp://node:port` with a fresh token (even on loopback, where
+    every local user could otherwise connect). The agent stays in this process and
+    connects there. At teardown the actor closes the server and runs the shutdown hooks
+    (within `stop_timeout`), then is killed: Ray ends its worker process.
 
     Placement is `resources` overlaid with the row's `runtime_config["resources"]`:
     `cpus`, `gpus` and `memory` (bytes, or `"512m"`, `"2g"`) are Ray's CPU, GPU and
@@ -148,12 +148,12 @@ class _EnvActor:
         import ray
 
         from .._loader import find_environment
-        from ..channel._server import Server, _is_loopback
+        from ..channel._server import Server
 
         env = find_environment(source, env_name)
         await env.start()
         host: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-        token = None if _is_loopback(host) else secrets.token_urlsafe(32)
+        token = secrets.token_urlsafe(32)
         server = Server(env, token=token)
         self._server = server
         _, port = await server.listen(host, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import logging
 import os
 import secrets
@@ -12,7 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -28,11 +29,13 @@ __all__ = ["SubprocessRuntime"]
 log = logging.getLogger("proctor.runtimes.subprocess")
 
 PORT_PREFIXES = (b"PROCTOR_SERVE_PORT=", b"HUD_SERVE_PORT=")
+TOKEN_ENV = "PROCTOR_TOKEN"  # the child's environment variable holding its token
 _MAX_LINE = 1 << 16  # longer output lines are logged in pieces of this size
 _TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
 _LAST_WORDS = 0.5  # seconds a dead child's pipes may still deliver its stderr
 _REAP = 5.0  # seconds to wait for the child watcher after SIGKILL
 _READY = b"READY"  # what a zygote prints once loaded (`_zygote.READY`)
+_PR_SET_PDEATHSIG = 1
 
 
 class SubprocessRuntime(Provider):
@@ -42,7 +45,14 @@ class SubprocessRuntime(Provider):
     stdout line starting with `PROCTOR_SERVE_PORT=` or `HUD_SERVE_PORT=` gives the
     port. Other output goes to `log` (a file path) or the `proctor.runtimes.subprocess`
     logger at DEBUG. The child leads its own process group, which is terminated (then
-    killed after `stop_timeout`) on exit.
+    killed after `stop_timeout`) on exit; if this process dies first, the child gets
+    SIGTERM (a parent-death signal).
+
+    Each rollout's server requires a fresh token (returned in the `Endpoint`), so other
+    local users cannot use its loopback port. A cold child reads it from
+    `$PROCTOR_TOKEN` (`proctor.serve --token-env PROCTOR_TOKEN`, which removes it from
+    its environment once read); a custom `command` gets the same variable and should
+    require it. A warm child gets its token from the runtime with its fork request.
 
     Warm pool (`warm=N`, Linux): N zygote processes each import proctor and `source`
     once; each rollout's child is forked from one of them on request (a few ms, where
@@ -142,15 +152,16 @@ class SubprocessRuntime(Provider):
         """The child's command line (a cold runtime's)."""
         if self.command is not None:
             return self.command
-        argv = [self.python, "-m", "proctor.serve", str(self.source)]
+        argv = [self.python, "-m", "proctor.serve", str(self.source), "--token-env", TOKEN_ENV]
         return [*argv, "--env", self.env_name] if self.env_name else argv
 
     @contextlib.asynccontextmanager
     async def _endpoint(self) -> AsyncIterator[Endpoint]:
-        child = _Child(self)
+        token = secrets.token_urlsafe(32)
+        child = _Child(self, {TOKEN_ENV: token})
         try:
             port = await child.start()
-            yield Endpoint(f"tcp://127.0.0.1:{port}")
+            yield Endpoint(f"tcp://127.0.0.1:{port}", token=token)
         finally:
             await child.stop()
 
@@ -158,7 +169,7 @@ class SubprocessRuntime(Provider):
     async def _forked(self) -> AsyncIterator[Endpoint]:
         child = await self._warm_pool().fork()
         try:
-            yield Endpoint(f"tcp://127.0.0.1:{child.port.result()}")
+            yield Endpoint(f"tcp://127.0.0.1:{child.port.result()}", token=child.token)
         finally:
             if child.gone.is_set():
                 log.warning("environment process %s died during its rollout", child.pid)
@@ -177,8 +188,9 @@ class SubprocessRuntime(Provider):
 class _Child:
     """One child process: spawn, read its port, route its output, stop its group."""
 
-    def __init__(self, spec: SubprocessRuntime) -> None:
+    def __init__(self, spec: SubprocessRuntime, env: Mapping[str, str] | None = None) -> None:
         self.spec = spec
+        self.env = dict(env or {})
         self.transport: asyncio.SubprocessTransport | None = None
         self.tail: collections.deque[bytes] = collections.deque(maxlen=20)
         self.sink: IO[bytes] | None = None
@@ -220,9 +232,10 @@ class _Child:
                 pass_fds=self.pass_fds,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env={**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, **spec.env, **self.env, "PYTHONUNBUFFERED": "1"},
                 cwd=spec.cwd,
                 start_new_session=True,
+                preexec_fn=_die_with(os.getpid()),
             )
         except OSError as exc:
             raise RuntimeLaunchError(f"cannot start {argv[0]}: {exc}") from exc
@@ -334,6 +347,22 @@ class _ChildProtocol(asyncio.SubprocessProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.child.drained.set()
         self.child.no_port()  # exited and every pipe closed: no more output is coming
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """A `preexec_fn` giving the child SIGTERM when `parent` dies (PR_SET_PDEATHSIG).
+
+    The kernel sends it when the *thread* that forked exits: here the event loop's, which
+    outlives every child it started (each is stopped before its rollout ends).
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def _killpg(pid: int, sig: int) -> None:
@@ -460,7 +489,7 @@ class _Zygote(_Child):
         self.ctl.setblocking(False)
         self.pass_fds = (self._theirs.fileno(), lifeline)
         self.waiting: dict[str, _Forked] = {}
-        self.abandoned: set[str] = set()  # tokens given up on before any answer
+        self.abandoned: set[str] = set()  # requests given up on before any answer
 
     def argv(self) -> list[str]:
         spec = self.spec
@@ -496,13 +525,13 @@ class _Zygote(_Child):
             _ZygoteGone: the zygote died before it forked for us.
             RuntimeLaunchError: the child failed to serve, or took too long.
         """
-        token = secrets.token_hex(8)
-        child = self.waiting[token] = _Forked(self)
+        request = secrets.token_hex(8)
+        child = self.waiting[request] = _Forked(self)
         try:
             if not self.alive:
                 raise _ZygoteGone(self._why("the zygote is not running"))
             try:
-                self.ctl.send(token.encode())
+                self.ctl.send(f"{request} {child.token}".encode())
             except OSError as exc:
                 self.close_ctl()  # not alive any more: the pool replaces it
                 raise _ZygoteGone(self._why(f"the zygote is unreachable: {exc}")) from exc
@@ -518,9 +547,9 @@ class _Zygote(_Child):
             await child.stop()
             raise
         finally:
-            del self.waiting[token]
+            del self.waiting[request]
             if child.pid is None:
-                self.abandoned.add(token)
+                self.abandoned.add(request)
 
     def read(self) -> None:
         """Handle every message waiting on the control socket."""
@@ -537,15 +566,15 @@ class _Zygote(_Child):
             self.message(packet.decode(errors="replace"))
 
     def message(self, packet: str) -> None:
-        """One `KIND TOKEN PID [REST]` message from the zygote or a child."""
-        kind, token, pid, rest = [*packet.split(" ", 3), ""][:4]
+        """One `KIND REQUEST PID [REST]` message from the zygote or a child."""
+        kind, request, pid, rest = [*packet.split(" ", 3), ""][:4]
         if not pid.isdigit():
             log.warning("zygote %s: unexpected message %r", self.pid, packet)
             return
-        child = self.waiting.get(token)
+        child = self.waiting.get(request)
         if child is None:
-            if token in self.abandoned:  # its fork() gave up before the pid was known
-                self.abandoned.discard(token)
+            if request in self.abandoned:  # its fork() gave up before the pid was known
+                self.abandoned.discard(request)
                 _kill(int(pid), signal.SIGKILL)
             return
         child.watch(int(pid))
@@ -588,6 +617,7 @@ class _Forked:
 
     def __init__(self, zygote: _Zygote) -> None:
         self.zygote = zygote
+        self.token = secrets.token_urlsafe(32)  # the child's server requires it
         self.pid: int | None = None
         self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.gone = asyncio.Event()

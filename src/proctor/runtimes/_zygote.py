@@ -6,18 +6,18 @@ refuses to go on if that left it with more than one thread, prints `READY` on st
 then serves requests on `--ctl`, a `SOCK_SEQPACKET` Unix socket whose other end the
 runtime holds. Every message is one packet of space-separated words:
 
-    runtime -> zygote   TOKEN                 fork a child for this request
-    zygote  -> runtime  forked TOKEN PID      right after the fork
-    child   -> runtime  ready TOKEN PID PORT  serving on 127.0.0.1:PORT
-    child   -> runtime  error TOKEN PID WHY   failed before serving
+    runtime -> zygote   REQUEST SECRET          fork a child for this request
+    zygote  -> runtime  forked REQUEST PID      right after the fork
+    child   -> runtime  ready REQUEST PID PORT  serving on 127.0.0.1:PORT
+    child   -> runtime  error REQUEST PID WHY   failed before serving
 
 A child leads its own session, runs the initialize hooks, binds a fresh port, serves
-one rollout's connections, and on SIGTERM runs the shutdown hooks and exits. Its
-stdout and stderr go to the zygote's stderr. It does not die with the zygote: a
-zygote that is killed mid-job leaves its children serving their rollouts. It dies
-with the runtime instead: `--lifeline` is the read end of a pipe whose write end
-only the runtime holds, so when the runtime closes it (or its process dies) every
-child stops as on SIGTERM. The zygote exits when the runtime closes `--ctl`.
+one rollout's connections (each must present SECRET as its token), and on SIGTERM runs
+the shutdown hooks and exits. Its stdout and stderr go to the zygote's stderr. It does
+not die with the zygote: a zygote that is killed mid-job leaves its children serving
+their rollouts. It dies with the runtime instead: `--lifeline` is the read end of a
+pipe whose write end only the runtime holds, so when the runtime closes it (or its
+process dies) every child stops as on SIGTERM. The zygote exits when the runtime closes `--ctl`.
 
 Forking a loaded, single-threaded interpreter costs a few milliseconds where a fresh
 one costs ~20 ms bare and ~200 ms once proctor and its dependencies are imported.
@@ -69,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()  # else every child would flush the import's prints again
     sys.stderr.flush()
     os.write(1, READY + b"\n")
-    while request := ctl.recv(256):
-        token = request.decode(errors="replace")
+    while packet := ctl.recv(256):
+        request, _, secret = packet.decode(errors="replace").partition(" ")
         pid = os.fork()
         if pid == 0:
-            _child(token, env, ctl, args.lifeline)  # never returns
-        ctl.send(f"forked {token} {pid}".encode())
+            _child(request, secret, env, ctl, args.lifeline)  # never returns
+        ctl.send(f"forked {request} {pid}".encode())
     return 0
 
 
@@ -107,12 +107,12 @@ def _threaded(source: str, threads: list[str]) -> str:
     )
 
 
-def _child(token: str, env: Environment, ctl: socket.socket, lifeline: int) -> None:
+def _child(request: str, secret: str, env: Environment, ctl: socket.socket, lifeline: int) -> None:
     code = 1
     pid = os.getpid()
 
     def announce(port: int) -> None:
-        ctl.send(f"ready {token} {pid} {port}".encode())
+        ctl.send(f"ready {request} {pid} {port}".encode())
         ctl.close()
 
     try:
@@ -123,13 +123,13 @@ def _child(token: str, env: Environment, ctl: socket.socket, lifeline: int) -> N
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        asyncio.run(_serve(env, lifeline, announce))
+        asyncio.run(_serve(env, secret, lifeline, announce))
         code = 0
     except BaseException as exc:
         if ctl.fileno() != -1:
             why = f"{type(exc).__name__}: {exc}".replace("\n", " ")
             with contextlib.suppress(OSError):
-                ctl.send(f"error {token} {pid} {why}".encode()[:4096])
+                ctl.send(f"error {request} {pid} {why}".encode()[:4096])
         traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):
@@ -138,7 +138,9 @@ def _child(token: str, env: Environment, ctl: socket.socket, lifeline: int) -> N
         os._exit(code)
 
 
-async def _serve(env: Environment, lifeline: int, announce: Callable[[int], None]) -> None:
+async def _serve(
+    env: Environment, secret: str, lifeline: int, announce: Callable[[int], None]
+) -> None:
     loop = asyncio.get_running_loop()
 
     def runtime_gone() -> None:  # the lifeline's write end closed: stop as on SIGTERM
@@ -147,7 +149,7 @@ async def _serve(env: Environment, lifeline: int, announce: Callable[[int], None
 
     # Runs once serve() is waiting, so its SIGTERM handler is in place by then.
     loop.add_reader(lifeline, runtime_gone)
-    await serve(env, announce=announce)
+    await serve(env, token=secret or None, announce=announce)
 
 
 if __name__ == "__main__":
