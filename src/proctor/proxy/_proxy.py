@@ -64,6 +64,9 @@ _PASS_UP = frozenset({"accept", "anthropic-version", "anthropic-beta", "openai-b
 _PASS_DOWN = frozenset({"content-type", "x-request-id", "request-id", "openai-processing-ms"})
 _ENDED_KEPT = 100_000
 _SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+# On every final error: the OpenAI and Anthropic SDKs then do not resend the request
+# (by default they resend 408, 409, 429 and 5xx, each a new turn).
+_FINAL = ("x-should-retry", "false")
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +493,8 @@ class _Turn:
     ) -> Response:
         self._record(resp.status, parsed, error)
         headers = _down_headers(resp)
+        if error is not None:  # the provider's refusal, final: the proxy will not retry it
+            headers.append(_FINAL)
         self._commit(Replay(resp.status, headers, data))
         return Response(resp.status, headers, data)
 
@@ -598,13 +603,19 @@ def _snippet(data: bytes) -> str:
 
 
 def _error(api: str, status: int, message: str, code: str) -> Response:
-    """An error in the shape the harness's SDK expects for this API."""
+    """An error the proxy itself decided, in the shape the harness's SDK expects.
+
+    It is final: `x-should-retry: false` stops the OpenAI and Anthropic SDKs from
+    resending it, and `x-proctor-error: CODE` tells it apart from a provider's answer.
+    """
     kind = "invalid_request_error" if status < 500 else "api_error"
     if status == 401:
         kind = "authentication_error" if api == "messages" else "invalid_request_error"
+    elif code == "rollout_ended":
+        kind = "rollout_ended_error"
     body: Mapping[str, Any]
     if api == "messages":
         body = {"type": "error", "error": {"type": kind, "message": message}}
     else:
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return Response.json(body, status=status)
+    return Response.json(body, status, [_FINAL, ("x-proctor-error", code)])
