@@ -261,6 +261,26 @@ async def test_retry_happens_only_once(client: HttpClient) -> None:
         assert server.connections == 2
 
 
+async def test_a_post_on_a_reused_connection_is_never_resent(client: HttpClient) -> None:
+    requests = 0
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        await reader.readuntil(b"\r\n\r\n")
+        requests += 1
+        await ok(writer)
+        await reader.readuntil(b"\r\n\r\n")  # the upstream has the request...
+        requests += 1
+        writer.transport.abort()  # ...and resets before answering
+
+    async with Scripted(script) as server:
+        await (await client.request("POST", server.url, body=b"")).read()
+        with pytest.raises(HttpReadError, match="may have received"):
+            await client.request("POST", server.url, body=b"")
+        await asyncio.sleep(0.05)
+        assert requests == 2 and server.connections == 1  # sent once, failed once
+
+
 @pytest.mark.parametrize(
     "response",
     [

@@ -39,6 +39,7 @@ _HIGH_WATER = 1024 * 1024  # unread body bytes at which the socket stops being r
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _FRAMING = frozenset(("content-length", "transfer-encoding"))
 _WITH_BODY = frozenset(("POST", "PUT", "PATCH"))
+_IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
 
 Origin = tuple[str, str, int]  # scheme, host, port
 
@@ -80,8 +81,11 @@ class HttpClient:
     ) -> ClientResponse:
         """Send one request; returns when the response head has arrived.
 
-        A pooled connection the server closed while it sat idle is retried once on a new
-        connection, and only when not a byte of the response came back.
+        A pooled connection that breaks before a byte of the response came back (the
+        server closed it while it sat idle, or reset it on this request) is retried once
+        on a new connection, for idempotent methods only (RFC 9110 9.2.2). A POST or
+        PATCH is never resent: the server may have received it, so the caller's retry
+        logic decides, and counts it.
 
         Raises:
             ValueError: the URL is not http(s) or a header holds CR or LF.
@@ -96,11 +100,16 @@ class HttpClient:
             conn, reused = await self._acquire(origin)
             try:
                 head = await conn.exchange(data, method)
-            except HttpReadError:
+            except HttpReadError as exc:
                 conn.close()
-                if reused and not retried and not conn.got_bytes:
-                    retried = True  # the server closed it while idle: a race, not an answer
-                    continue
+                if reused and not conn.got_bytes:
+                    if method in _IDEMPOTENT and not retried:
+                        retried = True  # most likely closed while idle: a race, not an answer
+                        continue
+                    raise HttpReadError(
+                        f"{exc} (a reused keep-alive connection, before any response byte:"
+                        " the server may have received the request)"
+                    ) from None
                 raise
             except BaseException:
                 conn.close()
