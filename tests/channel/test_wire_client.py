@@ -134,10 +134,10 @@ async def test_a_closed_client_refuses_calls(target) -> None:
 async def test_connect_resumes_a_parked_session(target, server, probe) -> None:
     async with connect(target) as client:
         assert client.manifest is not None
-        sid = client.manifest.session_id
+        sid, secret = client.manifest.session_id, client.manifest.resume_token
         await client.start_task("guarded", {"tag": "resumed"})
     await until(lambda: sid in server._parked)
-    async with connect(target, session_id=sid) as client:
+    async with connect(target, session_id=sid, resume_token=secret) as client:
         assert client.manifest is not None and client.manifest.session_id == sid
         assert await client.grade(None) == {"score": 1.0}
     assert probe.finals == ["resumed"]

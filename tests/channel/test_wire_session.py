@@ -27,11 +27,14 @@ async def test_hello_reports_session_env_and_bindings(raw, echo) -> None:
     reply = json.loads(line)
     sid = reply["result"]["session_id"]
     assert SESSION_ID.fullmatch(sid)
+    token = reply["result"]["resume_token"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", token)  # 32 random bytes, urlsafe base64
     host, port = echo
     assert line == result(
         1,
         {
             "session_id": sid,
+            "resume_token": token,
             "env": {"name": "wire-test", "version": "1.2.3"},
             "bindings": [
                 {
@@ -406,7 +409,7 @@ async def test_parse_error_has_null_id_and_the_session_goes_on(raw) -> None:
         ),
         (
             b'{"jsonrpc":"2.0","id":4,"method":"hello","params":{"session_id":5}}',
-            error(4, -32602, "hello: session_id must be a string"),
+            error(4, -32602, "hello: session_id and resume_token are strings"),
         ),
         (
             b'{"jsonrpc":"2.0","id":4,"method":"tasks.start","params":{"id":5}}',

@@ -44,6 +44,8 @@ class Manifest:
     env_name: str
     env_version: str
     bindings: list[Capability] = field(default_factory=list)
+    resume_token: str | None = field(default=None, repr=False)
+    """The secret that resumes this session later (None from a HUD server)."""
 
 
 class Client:
@@ -74,11 +76,15 @@ class Client:
 
     # -- calls ----------------------------------------------------------------------
 
-    async def hello(self, session_id: str | None = None) -> Manifest:
-        """Say hello (or resume a parked session) and read the manifest."""
+    async def hello(
+        self, session_id: str | None = None, resume_token: str | None = None
+    ) -> Manifest:
+        """Say hello (or resume a parked session with its resume token) and read the manifest."""
         params: dict[str, Any] = {}
         if session_id is not None:
             params["session_id"] = session_id
+        if resume_token is not None:
+            params["resume_token"] = resume_token
         if self._token is not None:
             params["token"] = self._token
         result = await self._call_object("hello", params)
@@ -86,6 +92,7 @@ class Client:
             env = result.get("env") or {}
             self.manifest = Manifest(
                 session_id=str(result["session_id"]),
+                resume_token=_optional_str(result.get("resume_token")),
                 env_name=str(env.get("name", "")),
                 env_version=str(env.get("version", "")),
                 bindings=[Capability.from_manifest(b) for b in result.get("bindings") or ()],
@@ -382,6 +389,10 @@ class _TunnelClient(Pipe):
             self.local.transport.close()
 
 
+def _optional_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _remote_error(err: Any) -> ChannelError:
     code = err.get("code") if isinstance(err, dict) else None
     if not isinstance(code, int) or isinstance(code, bool):
@@ -444,6 +455,7 @@ async def connect(
     ready_timeout: float = 30.0,
     token: str | None = None,
     session_id: str | None = None,
+    resume_token: str | None = None,
 ) -> AsyncIterator[Client]:
     """Connect and say hello, retrying until the server answers; close on exit.
 
@@ -453,13 +465,14 @@ async def connect(
         ready_timeout: how long to keep retrying connect + hello.
         token: shared secret for servers bound beyond loopback.
         session_id: resume this parked session instead of starting a fresh one.
+        resume_token: the `Manifest.resume_token` of the session to resume.
 
     Raises:
         ConnectTimeout: nothing answered hello within `ready_timeout`.
         ConnectError: the URL is unusable.
         RemoteError: the server refused hello (bad token, unknown session).
     """
-    client = await _connect_ready(target, ready_timeout, token, session_id)
+    client = await _connect_ready(target, ready_timeout, token, session_id, resume_token)
     try:
         yield client
     finally:
@@ -467,7 +480,11 @@ async def connect(
 
 
 async def _connect_ready(
-    target: str | Server, ready_timeout: float, token: str | None, session_id: str | None
+    target: str | Server,
+    ready_timeout: float,
+    token: str | None,
+    session_id: str | None,
+    resume_token: str | None = None,
 ) -> Client:
     dial, url = dialer_for(target)
     loop = asyncio.get_running_loop()
@@ -479,7 +496,7 @@ async def _connect_ready(
             # A server that accepts but never answers must not outlast the deadline.
             async with asyncio.timeout_at(deadline):
                 await client._open()
-                await client.hello(session_id)
+                await client.hello(session_id, resume_token)
             return client
         except (OSError, ConnectionLost) as exc:  # TimeoutError is an OSError
             await client.aclose()

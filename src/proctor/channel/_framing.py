@@ -1,14 +1,16 @@
 """Sans-IO framing: compact UTF-8 JSON objects, one per line, at most 16 MiB each.
 
-Integers of any size cross the wire exactly (a request id of 2**64 is echoed as sent).
-orjson reads integers beyond 64 bits as floats, so a frame with a run of 19 or more
-digits is read again by the stdlib, which keeps them exact; only when such a frame is
-also nested deeper than the interpreter's recursion limit does orjson's float stand.
+Integers of up to `MAX_INT_DIGITS` (300) digits cross the wire exactly (a request id of
+2**64 is echoed as sent); a frame with a longer integer literal is not valid here,
+whichever way it travels. orjson reads integers beyond 64 bits as floats, so a frame
+with a run of 19 or more digits is read once more by the stdlib, which keeps them exact;
+both passes are linear in the frame, and the digit limit keeps each integer's conversion
+cheap. Only when such a frame is also nested deeper than the interpreter's recursion
+limit does orjson's float stand.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
 
@@ -16,10 +18,21 @@ import orjson
 
 from .._errors import ProtocolError
 
-__all__ = ["MAX_FRAME", "FrameTooLarge", "LineBuffer", "ParseError", "decode", "encode"]
+__all__ = [
+    "MAX_FRAME",
+    "MAX_INT_DIGITS",
+    "FrameTooLarge",
+    "LineBuffer",
+    "ParseError",
+    "decode",
+    "encode",
+]
 
 MAX_FRAME = 16 * 1024 * 1024
 """Largest frame, in bytes, not counting the terminating newline."""
+
+MAX_INT_DIGITS = 300
+"""Most digits of an integer that crosses the wire (below 10**308, so orjson reads it)."""
 
 
 class ParseError(ProtocolError):
@@ -52,9 +65,14 @@ def encode(obj: Any) -> bytes:
     # orjson refuses integers past 64 bits and non-string keys; the stdlib does not.
     try:
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        return text.encode() + b"\n"
-    except ValueError as exc:
+        line = text.encode() + b"\n"
+    except ValueError as exc:  # also an integer past the interpreter's 4300 digits
         raise TypeError(f"not JSON: {exc}") from None
+    try:
+        decode(line)  # what we send must be what our peer can read
+    except ParseError as exc:
+        raise TypeError(f"not JSON for the wire: {exc}") from None
+    return line
 
 
 def decode(line: bytes) -> Any:
@@ -65,12 +83,22 @@ def decode(line: bytes) -> Any:
     """
     try:
         value = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
+    except orjson.JSONDecodeError as exc:  # also a number of 309 digits and more
         raise ParseError(f"parse error: {exc}") from None
     if _LONG_RUN in line.translate(_DIGITS_AS_ZERO):
-        with contextlib.suppress(RecursionError):
-            value = json.loads(line)
+        try:
+            value = json.loads(line, parse_int=_bounded_int)
+        except RecursionError:
+            pass
+        except ValueError as exc:
+            raise ParseError(f"parse error: {exc}") from None
     return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) - text.startswith("-") > MAX_INT_DIGITS:
+        raise ValueError(f"integer of more than {MAX_INT_DIGITS} digits")
+    return int(text)
 
 
 class LineBuffer:
@@ -82,6 +110,11 @@ class LineBuffer:
         self.limit = limit
         self._chunks: list[bytes] = []
         self._size = 0
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for the frame not yet complete."""
+        return self._size
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the complete frames they finish, in order.

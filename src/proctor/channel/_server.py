@@ -14,16 +14,18 @@ import hmac
 import ipaddress
 import logging
 import os
+import resource
 import secrets
 import socket
 import stat
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .._errors import TaskError
 from ..env._environment import Environment
 from ..env._runner import TaskRunner
-from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
+from ._framing import MAX_FRAME, FrameTooLarge, LineBuffer, ParseError, decode
 from ._memory import MemoryTransport, StreamProtocol, memory_pair
 from ._messages import (
     INTERRUPTED,
@@ -35,23 +37,31 @@ from ._messages import (
     error_frame,
     result_frame,
 )
-from ._splice import Pipe, host_port
+from ._splice import Pipe, dial
 
-__all__ = ["DEFAULT_PARK_TTL", "Server"]
+__all__ = ["DEFAULT_PARK_TTL", "MAX_FIRST_FRAME", "Server"]
 
 log = logging.getLogger("proctor.channel")
 
 DEFAULT_PARK_TTL = 3600.0
+MAX_FIRST_FRAME = 64 * 1024
+"""Largest first frame of a connection (its hello or tunnel.open), checked before the token."""
+
 _LINGER = 2.0  # seconds a rejected connection stays half-open for its error frame
 _NOTIFY = object()  # reply id of a notification: executed, never answered
+_TASK_OVERHEAD = 16 * 1024  # bytes a parked task is counted beyond its start frames
 
 
 class _Parked:
-    __slots__ = ("runner", "timer")
+    __slots__ = ("resume_token", "runner", "timer", "weight")
 
-    def __init__(self, runner: TaskRunner, timer: asyncio.TimerHandle) -> None:
+    def __init__(
+        self, runner: TaskRunner, timer: asyncio.TimerHandle, resume_token: str, weight: int
+    ) -> None:
         self.runner = runner
         self.timer = timer
+        self.resume_token = resume_token
+        self.weight = weight
 
 
 class Server:
@@ -62,16 +72,46 @@ class Server:
         park_ttl: seconds a task parked by a dropped connection waits to be resumed.
         token: shared secret every connection's first frame must carry as
             `params.token`; required when binding a non-loopback address.
+        legacy_resume: HUD's resume rules: `hello {session_id}` resumes a parked session
+            without its `resume_token`, and `tasks.grade` on a fresh session adopts the
+            only parked task. For HUD clients on a loopback or tokened server only.
+        handshake_timeout: seconds a socket connection may take to send its first frame.
+        max_connections: socket connections open at once; more are refused at accept.
+        max_buffered: bytes of unfinished frames held across all connections; the
+            connection that would pass it is refused.
+        max_parked: parked tasks kept at once; the oldest is cancelled beyond it.
+        max_parked_bytes: estimated bytes of parked tasks (their start request and
+            prompt, plus 16 KiB each); the oldest is cancelled beyond it.
     """
 
     def __init__(
-        self, env: Environment, *, park_ttl: float = DEFAULT_PARK_TTL, token: str | None = None
+        self,
+        env: Environment,
+        *,
+        park_ttl: float = DEFAULT_PARK_TTL,
+        token: str | None = None,
+        legacy_resume: bool = False,
+        handshake_timeout: float = 5.0,
+        max_connections: int = 4096,
+        max_buffered: int = 128 * 1024 * 1024,
+        max_parked: int = 1024,
+        max_parked_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.env = env
         self.park_ttl = park_ttl
+        self.legacy_resume = legacy_resume
+        self.handshake_timeout = handshake_timeout
+        self.max_connections = max_connections
+        self.max_buffered = max_buffered
+        self.max_parked = max_parked
+        self.max_parked_bytes = max_parked_bytes
         self._token = token.encode() if token else None
         self._live: dict[str, _Session] = {}
         self._parked: dict[str, _Parked] = {}
+        self._parked_bytes = 0
+        self._buffered = 0  # bytes of unfinished frames held by all connections
+        self._sockets = 0  # open socket connections (memory ones are not counted)
+        self._starved = False  # accept() is failing for want of file descriptors
         self._connections: set[_Connection] = set()
         self._listeners: list[asyncio.Server] = []
         self._background: set[asyncio.Task[Any]] = set()
@@ -90,8 +130,8 @@ class Server:
         """
         if not _is_loopback(host) and self._token is None:
             raise ValueError(f"binding {host} (not loopback) requires a token")
-        loop = asyncio.get_running_loop()
-        listener = await loop.create_server(lambda: _Connection(self), host, port)
+        loop = self._prepare_listening()
+        listener = await loop.create_server(lambda: _Connection(self, remote=True), host, port)
         self._listeners.append(listener)
         bound = listener.sockets[0].getsockname()
         return bound[0], bound[1]
@@ -110,20 +150,40 @@ class Server:
         """
         if (path is None) == (sock is None):
             raise ValueError("listen_unix takes a path or a listening socket, not both")
-        loop = asyncio.get_running_loop()
+        loop = self._prepare_listening()
         if sock is not None:
-            listener = await loop.create_unix_server(lambda: _Connection(self), sock=sock)
+            listener = await loop.create_unix_server(
+                lambda: _Connection(self, remote=True), sock=sock
+            )
             bound = str(sock.getsockname())
         else:
             assert path is not None
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISSOCK(os.lstat(path).st_mode):
                     os.unlink(path)  # a socket left by a server that died
-            listener = await loop.create_unix_server(lambda: _Connection(self), path=path)
+            listener = await loop.create_unix_server(
+                lambda: _Connection(self, remote=True), path=path
+            )
             bound = path
             self._unix_paths.append(path)
         self._listeners.append(listener)
         return bound
+
+    def _prepare_listening(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        _raise_fd_limit()
+        _AcceptFilter.install(loop, self)
+        return loop
+
+    def _owns_listener(self, fileno: int) -> bool:
+        return any(s.fileno() == fileno for lst in self._listeners for s in lst.sockets)
+
+    def _accept_failed(self, exc: BaseException | None) -> None:
+        """asyncio could not accept (no descriptor left): one log line per episode."""
+        if not self._starved:
+            self._starved = True
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            log.warning("cannot accept connections (%s); retrying every second", reason)
 
     async def tcp_address(self) -> tuple[str, int]:
         """A loopback address for this server, binding one listener on first use."""
@@ -164,23 +224,41 @@ class Server:
         task.add_done_callback(self._background.discard)
         return task
 
-    def park(self, sid: str, runner: TaskRunner) -> None:
+    def park(self, sid: str, runner: TaskRunner, resume_token: str, weight: int) -> None:
         if self._closed:
             self.spawn(_quiet_cancel(runner))
             return
         timer = asyncio.get_running_loop().call_later(self.park_ttl, self._expire, sid)
-        self._parked[sid] = _Parked(runner, timer)
+        self._parked[sid] = _Parked(runner, timer, resume_token, weight)
+        self._parked_bytes += weight
+        while self._parked and (
+            len(self._parked) > self.max_parked or self._parked_bytes > self.max_parked_bytes
+        ):
+            oldest = next(iter(self._parked))
+            log.info("parking is full: cancelled the oldest parked task")
+            self._expire(oldest)
 
-    def unpark(self, sid: str) -> TaskRunner:
+    def unpark(self, sid: str) -> _Parked:
         parked = self._parked.pop(sid)
+        self._parked_bytes -= parked.weight
         parked.timer.cancel()
-        return parked.runner
+        return parked
 
     def _expire(self, sid: str) -> None:
-        parked = self._parked.pop(sid, None)
-        if parked is not None:
-            parked.timer.cancel()
-            self.spawn(_quiet_cancel(parked.runner))
+        if sid in self._parked:
+            self.spawn(_quiet_cancel(self.unpark(sid).runner))
+
+    def resumable(self, sid: str, resume_token: str | None) -> bool:
+        """Whether `resume_token` is `sid`'s (live or parked); always without one in
+        legacy mode. Compared in constant time."""
+        session = self._live.get(sid)
+        parked = self._parked.get(sid)
+        known = session.resume_token if session is not None else parked and parked.resume_token
+        if not known:
+            return False
+        if resume_token is None:
+            return self.legacy_resume
+        return hmac.compare_digest(resume_token.encode(), known.encode())
 
     def check_token(self, params: Any) -> bool:
         if self._token is None:
@@ -205,19 +283,73 @@ class Server:
 
 
 class _Connection(Pipe):
-    """One accepted connection: a preface, then a control session or a raw tunnel."""
+    """One accepted connection: a preface, then a control session or a raw tunnel.
 
-    def __init__(self, server: Server) -> None:
+    A socket connection (`remote`) counts against the server's connection cap and must
+    send its first frame within the handshake timeout; every connection's first frame
+    is at most `MAX_FIRST_FRAME` bytes, and the bytes it holds count against the
+    server's buffer budget.
+    """
+
+    def __init__(self, server: Server, *, remote: bool = False) -> None:
         super().__init__()
         self.server = server
-        self.buffer: LineBuffer | None = LineBuffer()  # None once it is a tunnel
+        self.remote = remote
+        self.buffer: LineBuffer | None = LineBuffer(MAX_FIRST_FRAME)  # None once a tunnel
+        self.held = 0  # bytes of this connection's buffer counted in the server's budget
         self.session: _Session | None = None
         self.opening: asyncio.Task[None] | None = None  # a tunnel's dial
         self.linger: asyncio.TimerHandle | None = None  # set once rejected: input is dropped
+        self.deadline: asyncio.TimerHandle | None = None  # the handshake's
+        self.counted = False  # in the server's socket count
+        self.refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.server._connections.add(self)
+        server = self.server
+        if self.remote:
+            server._starved = False
+            if server._sockets >= server.max_connections:
+                self.refuse(error_frame(None, INVALID_REQUEST, "server busy: too many connections"))
+                return
+            server._sockets += 1
+            self.counted = True
+            self.deadline = asyncio.get_running_loop().call_later(
+                server.handshake_timeout, self._handshake_expired
+            )
+        server._connections.add(self)
+
+    def _handshake_expired(self) -> None:
+        self.deadline = None
+        timeout = self.server.handshake_timeout
+        self.refuse(error_frame(None, INVALID_REQUEST, f"no first frame within {timeout:g}s"))
+
+    def _handshake_done(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def refuse(self, frame: bytes) -> None:
+        """Send one error frame and close at once (the client has sent nothing we lack)."""
+        self.refused = True
+        self._handshake_done()
+        self._account()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame)
+            self.transport.close()
+
+    def _account(self) -> None:
+        """Count this connection's unfinished frame in the server's budget; refuse past it."""
+        buffer, server = self.buffer, self.server
+        now = buffer.pending if buffer is not None and not self.rejected else 0
+        server._buffered += now - self.held
+        self.held = now
+        if now and server._buffered > server.max_buffered:
+            self.reject(error_frame(None, INVALID_REQUEST, "server busy: too many bytes buffered"))
+
+    @property
+    def rejected(self) -> bool:
+        return self.refused or self.linger is not None
 
     def send(self, frame: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -239,8 +371,9 @@ class _Connection(Pipe):
         drop whatever still arrives, and close on the client's EOF or after a moment.
         """
         transport = self.transport
-        if transport is None or transport.is_closing() or self.linger is not None:
+        if transport is None or transport.is_closing() or self.rejected:
             return
+        self._handshake_done()
         transport.write(frame)
         if not transport.can_write_eof():
             transport.close()
@@ -248,9 +381,10 @@ class _Connection(Pipe):
         transport.write_eof()
         transport.resume_reading()
         self.linger = asyncio.get_running_loop().call_later(_LINGER, transport.close)
+        self._account()
 
     def data_received(self, data: bytes) -> None:
-        if self.linger is not None:
+        if self.rejected:
             return
         if self.buffer is None:
             super().data_received(data)
@@ -259,6 +393,7 @@ class _Connection(Pipe):
             if self.session is None:
                 frame, data = self.buffer.feed_first(data)
                 if frame is None or not self._preface(frame, data):
+                    self._account()
                     return
             lines = self.buffer.feed(data)
         except FrameTooLarge as exc:
@@ -266,6 +401,7 @@ class _Connection(Pipe):
             self.reject(error_frame(None, INVALID_REQUEST, str(exc)))
             return
         self._dispatch(lines)
+        self._account()
 
     def _dispatch(self, lines: list[bytes]) -> None:
         for line in lines:
@@ -289,12 +425,18 @@ class _Connection(Pipe):
 
     def eof_received(self) -> bool:
         # A control session ends with its client's EOF; a tunnel passes it on.
-        return self.buffer is None and self.linger is None and super().eof_received()
+        return self.buffer is None and not self.rejected and super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         if self.linger is not None:
             self.linger.cancel()
+        self._handshake_done()
+        self.refused = True  # nothing more is buffered or counted
+        self._account()
+        if self.counted:
+            self.counted = False
+            self.server._sockets -= 1
         self.server._connections.discard(self)
         if self.session is not None:
             self.session.detach()
@@ -315,12 +457,15 @@ class _Connection(Pipe):
                 error_frame(mid, INVALID_REQUEST, "unauthorized: a valid token is required")
             )
             return False
+        self._handshake_done()
         if isinstance(msg, dict) and msg.get("method") == "tunnel.open":
             self.buffer = None
             if rest:
                 super().data_received(rest)
             self.opening = self.server.spawn(self._open_tunnel(msg))
             return False
+        assert self.buffer is not None
+        self.buffer.limit = MAX_FRAME  # authenticated: frames may be large now
         self.session = _Session(self.server, self)
         self.session.feed(frame)
         return True
@@ -337,8 +482,7 @@ class _Connection(Pipe):
             return
         daemon = Pipe()  # holds what the daemon says until our reply frame is out
         try:
-            host, port = host_port(url)
-            await asyncio.get_running_loop().create_connection(lambda: daemon, host, port)
+            await dial(url, lambda: daemon)
         except (OSError, ValueError) as exc:
             self.reject(error_frame(mid, TASK_ERROR, f"tunnel.open: cannot reach {name!r}: {exc}"))
             return
@@ -357,7 +501,11 @@ class _Session:
         self.server = server
         self.conn = conn
         self.id = f"sess-{secrets.token_hex(8)}"
+        self.resume_token = secrets.token_urlsafe(32)  # told only to this session's client
         self.runner: TaskRunner | None = None
+        self.task_bytes = 0  # the runner's estimated weight, should it be parked
+        self.request_bytes = 0  # size of the frame being handled
+        self.reply_bytes = 0  # size of the last reply sent
         self.call: asyncio.Task[None] | None = None
         self.call_rid: Any = _NOTIFY
         server._live[self.id] = self
@@ -371,6 +519,7 @@ class _Session:
                 frame = result_frame(rid, result)
             except TypeError as exc:
                 frame = error_frame(rid, TASK_ERROR, f"result is not JSON-serializable: {exc}")
+            self.reply_bytes = len(frame)
             self.conn.send(frame)
 
     def error(self, rid: Any, code: int, message: str) -> None:
@@ -379,6 +528,7 @@ class _Session:
             self.conn.send(error_frame(rid, code, message))
 
     def feed(self, line: bytes) -> None:
+        self.request_bytes = len(line)
         try:
             msg = decode(line)
         except ParseError:
@@ -426,33 +576,38 @@ class _Session:
     # -- methods --------------------------------------------------------------------
 
     def hello(self, rid: Any, params: dict[str, Any]) -> None:
-        sid = params.get("session_id")
+        sid, given = params.get("session_id"), params.get("resume_token")
         if sid is not None and sid != self.id:
-            if not isinstance(sid, str):
-                self.error(rid, INVALID_PARAMS, "hello: session_id must be a string")
+            if not isinstance(sid, str) or not isinstance(given, str | None):
+                self.error(rid, INVALID_PARAMS, "hello: session_id and resume_token are strings")
                 return
-            if sid in self.server._live:
+            server = self.server
+            # The same answer for an unknown id and a wrong token: nothing is learnt.
+            if not server.resumable(sid, given):
+                self.error(rid, INVALID_REQUEST, f"hello: unknown session {sid} or wrong token")
+                return
+            if sid in server._live:
                 self.error(
                     rid,
                     INVALID_REQUEST,
                     f"hello: session {sid} is still live on another connection",
                 )
                 return
-            if sid not in self.server._parked:
-                self.error(rid, INVALID_REQUEST, f"hello: unknown session {sid}")
-                return
             if self.runner is not None:
                 self.error(rid, INVALID_REQUEST, "hello: this session already holds a task")
                 return
-            self.runner = self.server.unpark(sid)
-            del self.server._live[self.id]
+            parked = server.unpark(sid)
+            self.runner, self.task_bytes = parked.runner, parked.weight
+            self.resume_token = parked.resume_token
+            del server._live[self.id]
             self.id = sid
-            self.server._live[sid] = self
+            server._live[sid] = self
         env = self.server.env
         self.reply(
             rid,
             {
                 "session_id": self.id,
+                "resume_token": self.resume_token,
                 "env": {"name": env.name, "version": env.version},
                 "bindings": self.server.bindings(),
             },
@@ -477,17 +632,17 @@ class _Session:
         except Exception as exc:
             self._failed(rid, task_id, exc)
             return
-        self._begin(rid, self._start(rid, runner))
+        self._begin(rid, self._start(rid, runner, self.request_bytes))
 
     def grade(self, rid: Any, params: dict[str, Any]) -> None:
         runner, self.runner = self.runner, None
         if runner is None:
             parked = list(self.server._parked)
-            if not parked:
+            if not parked or not self.server.legacy_resume:
                 # Exactly HUD's text: `hud task grade --url` starts the task on it.
                 self.error(rid, INVALID_REQUEST, "no task in progress")
                 return
-            if len(parked) > 1:
+            if len(parked) > 1:  # HUD's legacy answer names them, as HUD's server does
                 self.error(
                     rid,
                     INVALID_REQUEST,
@@ -495,7 +650,7 @@ class _Session:
                     "resume one with hello {session_id}",
                 )
                 return
-            runner = self.server.unpark(parked[0])
+            runner = self.server.unpark(parked[0]).runner
         self._begin(rid, self._grade(rid, runner, params))
 
     def cancel(self, rid: Any, params: dict[str, Any]) -> None:
@@ -554,7 +709,7 @@ class _Session:
         if runner is not None:
             await _quiet_cancel(runner)
 
-    async def _start(self, rid: Any, runner: TaskRunner) -> None:
+    async def _start(self, rid: Any, runner: TaskRunner, request_bytes: int) -> None:
         old, self.runner = self.runner, runner
         try:
             if old is not None:
@@ -569,6 +724,7 @@ class _Session:
             self._failed(rid, runner.task_id, exc)
             return
         self.reply(rid, result)
+        self.task_bytes = _TASK_OVERHEAD + request_bytes + self.reply_bytes
 
     async def _grade(self, rid: Any, runner: TaskRunner, params: dict[str, Any]) -> None:
         try:
@@ -599,7 +755,7 @@ class _Session:
             self.server.spawn(self._settle(self.call))
         elif self.runner is not None:
             runner, self.runner = self.runner, None
-            self.server.park(self.id, runner)
+            self.server.park(self.id, runner, self.resume_token, self.task_bytes)
 
 
 _BUSY_CONTROL = object()  # call_rid while a cancel or bye is running
@@ -629,3 +785,51 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # any other host name may resolve anywhere
         return False
+
+
+_fd_limit_raised = False
+
+
+def _raise_fd_limit() -> None:
+    """Raise this process's soft limit on open files to the hard limit, once."""
+    global _fd_limit_raised
+    if _fd_limit_raised:
+        return
+    _fd_limit_raised = True
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):  # e.g. an unlimited hard limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class _AcceptFilter:
+    """A loop exception handler that turns asyncio's report of a failed accept (out of
+    file descriptors; one traceback per attempt, many a second) into one line from the
+    server that owns the listener. asyncio itself stops accepting for a second each
+    time. Everything else goes to the handler that was installed before."""
+
+    MESSAGE = "socket.accept() out of system resource"
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+        self.servers: weakref.WeakSet[Server] = weakref.WeakSet()
+
+    @classmethod
+    def install(cls, loop: asyncio.AbstractEventLoop, server: Server) -> None:
+        current = loop.get_exception_handler()
+        if not isinstance(current, cls):
+            current = cls(current)
+            loop.set_exception_handler(current)
+        current.servers.add(server)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        sock = context.get("socket")
+        if context.get("message") == self.MESSAGE and sock is not None:
+            for server in self.servers:
+                if server._owns_listener(sock.fileno()):
+                    server._accept_failed(context.get("exception"))
+                    return
+        if self.previous is None:
+            loop.default_exception_handler(context)
+        else:
+            self.previous(loop, context)
