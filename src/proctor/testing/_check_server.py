@@ -130,12 +130,15 @@ class _Opener:
         return {**extra, "token": self.token} if self.token is not None else extra
 
     @asynccontextmanager
-    async def resume(self, session_id: str) -> AsyncIterator[_Wire]:
-        """A connection that resumed `session_id`, once the server saw the old one drop."""
+    async def resume(self, session_id: str, resume_token: Any = None) -> AsyncIterator[_Wire]:
+        """A connection that resumed `session_id` (with the `resume_token` its hello gave,
+        if any: a HUD server gives none), once the server saw the old one drop."""
         deadline = asyncio.get_running_loop().time() + self.timeout
+        secret = {} if resume_token is None else {"resume_token": resume_token}
         while True:
             async with self.open(hello=False) as wire:
-                msg = await wire.reply(wire.request("hello", self.params(session_id=session_id)))
+                params = self.params(session_id=session_id, **secret)
+                msg = await wire.reply(wire.request("hello", params))
                 if "result" in msg:
                     wire.hello = msg["result"]
                     yield wire
@@ -258,7 +261,7 @@ async def _parking(op: _Opener) -> None:
     async with op.open() as w:
         sid = w.hello["session_id"]
         await w.call("tasks.start", {"id": "echo", "args": {"text": "parked"}})
-    async with op.resume(sid) as w:
+    async with op.resume(sid, w.hello.get("resume_token")) as w:
         assert w.hello.get("session_id") == sid, "hello {session_id} did not resume it"
         graded = await w.call("tasks.grade", {"answer": "parked"})
         assert graded.get("score") == 1.0, f"the resumed task graded {graded}"
