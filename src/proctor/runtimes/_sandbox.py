@@ -220,17 +220,24 @@ class SandboxRuntime(Provider):
             command += ["--unix", f"{CONTROL_DIR}/ctl.sock"]
         sandbox = _Cold(self)
         ctl = host.control_dir() if self.network == "none" else None
+        token = secrets.token_urlsafe(32)
         info_r, info_w = os.pipe()
+        token_r, token_w = os.pipe()  # the token goes in by a pipe: never argv or environ
         try:
+            os.write(token_w, token.encode())
+            os.close(token_w)
+            token_w = -1
+            command += ["--token-fd", str(token_r)]
             argv = host.argv(command, ctl=ctl, info_fd=info_w)
-            await sandbox.proc.spawn(argv, pass_fds=(info_w,))
-            os.close(info_w)
-            info_w = -1
+            await sandbox.proc.spawn(argv, pass_fds=(info_w, token_r))
+            for fd in (info_w, token_r):
+                os.close(fd)
+            info_w = token_r = -1
             url = await sandbox.ready(info_r, None if ctl is None else ctl / "ctl.sock")
             with _deadline(limits.wall_time, sandbox.kill):
-                yield Endpoint(url)
+                yield Endpoint(url, token=token)
         finally:
-            for fd in (info_r, info_w):
+            for fd in (info_r, info_w, token_r, token_w):
                 if fd >= 0:
                     os.close(fd)
             try:
@@ -247,7 +254,7 @@ class SandboxRuntime(Provider):
         try:
             url = await child.ready(self.startup_timeout)
             with _deadline(limits.wall_time, child.kill):
-                yield Endpoint(url)
+                yield Endpoint(url, token=child.token)
         finally:
             await child.stop(self.stop_timeout)
 
@@ -834,6 +841,8 @@ class _Zygote:
                 raise RuntimeLaunchError(self.proc.why("the zygote is not running"))
             request = json.dumps({"name": name, "limits": limits.inside()}).encode()
             socket.send_fds(self.ctl, [request], [theirs.fileno()])
+            token = secrets.token_urlsafe(32)  # straight to the rollout, not via the zygote
+            mine.send(json.dumps({"token": token}).encode())
         except OSError as exc:
             mine.close()
             raise RuntimeLaunchError(self.proc.why(f"cannot reach the zygote: {exc}")) from exc
@@ -842,7 +851,7 @@ class _Zygote:
             raise
         finally:
             theirs.close()
-        return _Forked(self, mine, path)
+        return _Forked(self, mine, path, token)
 
     async def stop(self) -> None:
         """Close the zygote's channel (it exits and its sandbox with it), then reap it."""
@@ -856,9 +865,10 @@ class _Zygote:
 class _Forked:
     """One warm rollout: its channel to the sandboxed child, its pidfd, its readiness."""
 
-    def __init__(self, zygote: _Zygote, sock: socket.socket, path: Path | None) -> None:
+    def __init__(self, zygote: _Zygote, sock: socket.socket, path: Path | None, token: str) -> None:
         loop = asyncio.get_running_loop()
         self.zygote = zygote
+        self.token = token
         self.sock = sock
         self.path = path
         self.pidfd: int | None = None
@@ -1086,11 +1096,13 @@ def _serve_main(args: argparse.Namespace) -> int:
     """A cold sandbox's server: limits, then load and serve (on `--unix` or a port)."""
     from ..serve import serve
 
+    with open(args.token_fd, "rb") as pipe:
+        token = pipe.read().decode()
     _apply_limits(json.loads(args.limits))
     env = _load(args.source, args.env_name)
     if env is None:
         return 1
-    asyncio.run(serve(env, unix=args.unix))
+    asyncio.run(serve(env, unix=args.unix, token=token))
     return 0
 
 
@@ -1200,6 +1212,7 @@ def _rollout(
         announced = True
 
     try:
+        token = json.loads(channel.recv(4096))["token"]  # sent by the host with the request
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _seal(network)
@@ -1208,7 +1221,15 @@ def _rollout(
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        asyncio.run(serve(env, unix=listener, announce=ready, announce_unix=lambda _: ready(None)))
+        asyncio.run(
+            serve(
+                env,
+                unix=listener,
+                token=token,
+                announce=ready,
+                announce_unix=lambda _: ready(None),
+            )
+        )
         code = 0
     except BaseException as exc:
         if not announced:
@@ -1250,6 +1271,7 @@ def main(argv: list[str] | None = None) -> int:
     cold.add_argument("--env", dest="env_name", default=None)
     cold.add_argument("--unix", default=None)
     cold.add_argument("--limits", default="{}")
+    cold.add_argument("--token-fd", type=int, required=True)
     warm = commands.add_parser("zygote")
     warm.add_argument("source")
     warm.add_argument("--env", dest="env_name", default=None)
