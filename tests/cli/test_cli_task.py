@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_helpers import LETTERS, Served, assert_user_error, proctor
 
 COUNT_ARGS = json.dumps({"word": "banana", "letter": "a"})
+
+
+@pytest.fixture(autouse=True)
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private XDG_RUNTIME_DIR: where `task start` keeps resume tokens."""
+    path = tmp_path / "runtime"
+    path.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
+    yield path
 
 
 def test_list_from_source_prints_a_table() -> None:
@@ -53,7 +64,7 @@ def test_start_then_grade_in_another_process(served: Served, mode: str, tmp_path
     assert_user_error(again, "no task in progress")
 
 
-def test_json_start_and_grade_by_session(served: Served) -> None:
+def test_json_start_and_grade_by_session(served: Served, runtime_dir: Path) -> None:
     sessions = []
     for word in ("abc", "xyz"):
         args = json.dumps({"word": word})
@@ -62,17 +73,42 @@ def test_json_start_and_grade_by_session(served: Served) -> None:
         doc = json.loads(result.stdout)
         assert doc["id"] == "reverse" and doc["args"] == {"word": word}
         assert f"'{word}'" in doc["prompt"]
+        assert "resume_token" not in result.stdout
         sessions.append(doc["session_id"])
-    ambiguous = proctor("task", "grade", "--url", served.url, "--answer", "cba")
-    assert_user_error(ambiguous, "2 parked tasks", "--session")
-    right = proctor(
-        "task", "grade", "--url", served.url, "--session", sessions[1], "--answer", "zyx", "--json"
+    latest = proctor("task", "grade", "--url", served.url, "--answer", "zyx")  # the last started
+    assert latest.returncode == 0, latest.stderr
+    assert latest.stdout == "score: 1.0\n"
+    first = proctor(
+        "task", "grade", "--url", served.url, "--session", sessions[0], "--answer", "x", "--json"
     )
-    assert right.returncode == 0, right.stderr
-    assert json.loads(right.stdout) == {"score": 1.0}
-    wrong = proctor("task", "grade", "--url", served.url, "--answer", "nope")
-    assert wrong.returncode == 0, wrong.stderr
-    assert wrong.stdout == "score: 0.0\n"
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == {"score": 0.0}
+    assert_user_error(proctor("task", "grade", "--url", served.url, "--answer", "x"), "no task")
+    assert list((runtime_dir / "proctor" / "sessions").iterdir()) == []  # graded: forgotten
+
+
+def test_the_resume_token_is_kept_private_and_only_its_owner_grades(
+    served: Served, runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = proctor("task", "start", "count", "--url", served.url, "--args", COUNT_ARGS)
+    assert started.returncode == 0, started.stderr
+    folder = runtime_dir / "proctor" / "sessions"
+    (kept,) = folder.iterdir()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    record = json.loads(kept.read_text())
+    assert record["url"] == served.url and record["session_id"] == kept.name
+    assert record["resume_token"] not in started.stdout + started.stderr
+    # Someone without the token: neither the latest-session lookup nor --session helps.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "stranger"))
+    stranger = proctor("task", "grade", "--url", served.url, "--answer", "3")
+    assert_user_error(stranger, "no task in progress")
+    named = proctor("task", "grade", "--url", served.url, "--session", kept.name, "--answer", "3")
+    assert_user_error(named, f"cannot resume session {kept.name}", "no resume token")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+    owner = proctor("task", "grade", "--url", served.url, "--answer", "3")
+    assert owner.returncode == 0, owner.stderr
+    assert owner.stdout == "score: 1.0\n"
 
 
 def test_start_reports_bad_args_and_unknown_tasks(served: Served) -> None:

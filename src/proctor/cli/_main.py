@@ -205,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         "start",
         help="start a task, print its prompt and leave it parked on the server",
         description="Start a task and print its prompt. The connection then closes "
-        "without 'bye', so the server parks the task for a later 'proctor task grade'.",
+        "without 'bye', so the server parks the task for a later 'proctor task grade'. "
+        "The session's resume token is kept in a private file (0600, in "
+        "$XDG_RUNTIME_DIR/proctor/sessions or ~/.cache/proctor/sessions), never printed.",
     )
     tstart.add_argument("id", metavar="ID", help="template id (see 'proctor task list')")
     tstart.add_argument("--url", metavar="tcp://H:P", required=True, help="a running server")
@@ -219,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     tgrade = task_commands.add_parser(
         "grade",
         help="grade the parked task with an answer",
-        description="Send an answer for the task parked by 'proctor task start' and "
-        "print the grade. A fresh session adopts the server's only parked task; with "
-        "several parked, name one with --session.",
+        description="Send an answer for a task parked by 'proctor task start' and "
+        "print the grade: the one started last on --url, or --session's, resumed with "
+        "the token 'task start' kept. With none kept (a HUD server), a fresh session "
+        "asks the server to adopt its only parked task.",
     )
     tgrade.add_argument("--url", metavar="tcp://H:P", required=True, help="a running server")
     answer = tgrade.add_mutually_exclusive_group(required=True)
@@ -232,7 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the answer from FILE ('-' for stdin); one trailing newline is dropped",
     )
     tgrade.add_argument(
-        "--session", metavar="ID", help="resume this parked session (from 'task start --json')"
+        "--session",
+        metavar="ID",
+        help="resume this parked session (from 'task start --json'; default: the last started)",
     )
     _add_connect(tgrade)
     _add_json(tgrade)

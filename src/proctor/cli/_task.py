@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ._common import CLIError, print_json, read_token, run_async, split_source, table
+from ._sessions import forget, recall, remember
 
 __all__ = ["cmd_grade", "cmd_list", "cmd_start"]
 
@@ -104,10 +105,18 @@ def _type_name(schema: Any) -> str:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    """Start a task, print the prompt, and drop the connection so the server parks it."""
+    """Start a task, print the prompt, and drop the connection so the server parks it.
+
+    The session's resume token is kept in a private file for `task grade` (see
+    `_sessions`), never printed.
+    """
     task_args = parse_args_json(args.args)
     token = read_token(args.token_env)
-    session_id, result = run_async(_start(args.url, args.id, task_args, args.ready_timeout, token))
+    session_id, secret, result = run_async(
+        _start(args.url, args.id, task_args, args.ready_timeout, token)
+    )
+    if secret is not None:
+        remember(args.url, session_id, secret)
     if args.json:
         print_json(
             {
@@ -147,34 +156,48 @@ def parse_args_json(text: str) -> dict[str, Any]:
 
 async def _start(
     url: str, task_id: str, task_args: dict[str, Any], ready_timeout: float, token: str | None
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, str | None, dict[str, Any]]:
     from ..channel import connect
 
     # Leaving the block closes the socket without `bye`: the server parks the task.
     async with connect(url, ready_timeout=ready_timeout, token=token) as client:
         result = await client.start_task(task_id, task_args)
         assert client.manifest is not None
-        return client.manifest.session_id, result
+        return client.manifest.session_id, client.manifest.resume_token, result
 
 
 # -- grade ------------------------------------------------------------------------------
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    """Grade the parked task (or `--session`'s) with the answer and print the grade."""
+    """Grade a parked task with the answer and print the grade.
+
+    The task is `--session`'s, else the one this user started last on `--url`, resumed
+    with the token `task start` kept; with none kept, a fresh session asks the server to
+    adopt its only parked task (which only a server with legacy resume allows).
+    """
     answer = read_answer(args.answer, args.answer_file)
     token = read_token(args.token_env)
     from .._errors import RemoteError
 
+    session_id, secret = recall(args.url, args.session) or (None, None)
     try:
-        result = run_async(_grade(args.url, answer, args.session, args.ready_timeout, token))
+        result = run_async(_grade(args.url, answer, session_id, secret, args.ready_timeout, token))
     except RemoteError as exc:
+        if session_id is not None and exc.message.startswith("hello: unknown session"):
+            forget(session_id)
+            whose = "" if secret else " (no resume token of yours is kept for it)"
+            raise CLIError(
+                f"cannot resume session {session_id}{whose}: graded, expired, or not yours"
+            ) from None
         if "parked tasks" in exc.message and "hello {session_id}" in exc.message:
             hint = exc.message.replace(
                 "resume one with hello {session_id}", "pick one with --session"
             )
             raise CLIError(hint) from None
         raise
+    if session_id is not None:
+        forget(session_id)
     if args.json:
         print_json(result)
         return 0
@@ -204,11 +227,16 @@ def read_answer(answer: str | None, path: str | None) -> str:
 
 
 async def _grade(
-    url: str, answer: str, session_id: str | None, ready_timeout: float, token: str | None
+    url: str,
+    answer: str,
+    session_id: str | None,
+    secret: str | None,
+    ready_timeout: float,
+    token: str | None,
 ) -> dict[str, Any]:
     from ..channel import connect
 
     async with connect(
-        url, ready_timeout=ready_timeout, token=token, session_id=session_id
+        url, ready_timeout=ready_timeout, token=token, session_id=session_id, resume_token=secret
     ) as client:
         return await client.grade(answer)
