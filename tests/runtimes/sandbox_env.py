@@ -162,3 +162,35 @@ async def burn() -> AsyncGenerator[Any, Any]:
     child = await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass")
     yield str(await child.wait())
     yield 1.0
+
+
+@env.template
+async def fill(folder: str, megabytes: int = 1536) -> AsyncGenerator[Any, Any]:
+    """Write up to `megabytes` into `folder` (files of 256 MiB); report how far it got."""
+    chunk, written, error = b"\0" * (1 << 20), 0, ""
+    try:
+        for n in range(0, megabytes, 256):
+            with open(os.path.join(folder, f"fill-{n}"), "wb") as f:  # noqa: ASYNC230
+                for _ in range(min(256, megabytes - n)):
+                    f.write(chunk)
+                    f.flush()
+                    written += 1
+    except OSError as exc:
+        error = errno.errorcode.get(exc.errno or 0, str(exc))
+    finally:
+        for name in os.listdir(folder):
+            if name.startswith("fill-"):
+                os.unlink(os.path.join(folder, name))
+    yield json.dumps({"megabytes": written, "error": error})
+    yield 1.0
+
+
+@env.template
+async def nested_userns() -> AsyncGenerator[Any, Any]:
+    """Try to make a user namespace of our own (`unshare -U`), as a program would."""
+    proc = await asyncio.create_subprocess_exec(
+        "unshare", "-U", "true", stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await proc.communicate()
+    yield json.dumps({"code": proc.returncode, "stderr": err.decode(errors="replace")})
+    yield 1.0

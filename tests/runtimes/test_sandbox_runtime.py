@@ -527,3 +527,41 @@ async def test_run_by_another_user_bwrap_binds_directly(monkeypatch: pytest.Monk
     report = json.loads(run.prompt)
     assert report["uid"] == SANDBOX_UID and report["cap_eff"] == "0000000000000000"
     assert report["write"]["usr"] == "EROFS" and report["write"]["workdir"] == "ok"
+
+
+# -- default limits ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+async def test_default_limits_cap_every_tmpfs_processes_and_user_namespaces(warm: bool) -> None:
+    async with SandboxRuntime(SOURCE, warm=warm) as runtime:
+        filled = {}
+        for folder in ("/tmp", "/sandbox", "/dev/shm"):
+            run = await rollout(probe_task("fill", folder=folder), ECHO_PROMPT, runtime=runtime)
+            filled[folder] = json.loads(run.prompt)
+        bomb = await rollout(probe_task("forkbomb"), ECHO_PROMPT, runtime=runtime)
+        nested = await rollout(probe_task("nested_userns"), ECHO_PROMPT, runtime=runtime)
+    for folder, report in filled.items():  # 1.5 GiB asked for: stopped at the 512 MiB cap
+        assert report["error"] == "ENOSPC", (folder, report)
+        assert 500 <= report["megabytes"] <= 512, (folder, report)
+    report = json.loads(bomb.prompt)
+    assert report["error"] == "EAGAIN" and 0 < report["forked"] < 256, report
+    assert eventually(lambda: not processes_in(report["pidns"]))
+    assert json.loads(nested.prompt)["code"] != 0, nested.prompt
+
+
+async def test_a_task_overrides_the_tmpfs_and_file_size_limits() -> None:
+    async with SandboxRuntime(SOURCE, limits={"tmpfs": "64M"}) as runtime:
+        small = await rollout(probe_task("fill", folder="/tmp", megabytes=100), ECHO_PROMPT,
+                              runtime=runtime)  # fmt: skip
+        big = await rollout(
+            probe_task("fill", {"tmpfs": "256M"}, folder="/tmp", megabytes=100),
+            ECHO_PROMPT, runtime=runtime,
+        )  # fmt: skip
+        capped = await rollout(
+            probe_task("fill", {"file_size": "16M"}, folder="/tmp", megabytes=100),
+            ECHO_PROMPT, runtime=runtime,
+        )  # fmt: skip
+    assert json.loads(small.prompt)["error"] == "ENOSPC"
+    assert json.loads(big.prompt) == {"megabytes": 100, "error": ""}
+    assert json.loads(capped.prompt) == {"megabytes": 16, "error": "EFBIG"}

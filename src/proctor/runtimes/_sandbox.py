@@ -27,15 +27,24 @@ Capabilities (the shell of `env.add_shell`, ...) work in both modes through
 dials them on its own loopback. Their raw manifest URLs are reachable from the host only
 with `network="host"`.
 
-Limits, per runtime (`limits=`) and per task (`runtime_config={"limits": {...}}`, key by
-key over the runtime's), applied inside the sandbox before the source is loaded:
-`memory` (bytes or "512M": address space per process, RLIMIT_AS), `processes` (processes
-and threads of the sandbox user within this sandbox, RLIMIT_NPROC: a fork bomb stops
-there), `cpu_time` (CPU seconds per process, RLIMIT_CPU) and `wall_time` (seconds from
-start until the whole sandbox is killed; the rollout then fails at its next call into
-the environment, so bound the rollout itself with `Timeouts`). cgroups are not used:
-this runtime must work with unprivileged bwrap and hosts without a delegated cgroup v2
-tree, so memory is per process, not per sandbox.
+Limits, per runtime (`limits=`, over the defaults) and per task
+(`runtime_config={"limits": {...}}`, key by key over the runtime's; `None` lifts one),
+applied before the source is loaded: `memory` (bytes or "512M": address space per
+process, RLIMIT_AS; default 2G), `processes` (processes and threads of the sandbox user
+within this sandbox, RLIMIT_NPROC: a fork bomb stops there; default 256), `file_size`
+(largest file a process may write, RLIMIT_FSIZE; default 1G), `tmpfs` (size of each of
+`/tmp`, `/sandbox` and `/dev/shm`: writes past it fail with ENOSPC; default 512M),
+`cpu_time` (CPU seconds per process, RLIMIT_CPU; default none) and `wall_time` (seconds
+from start until the whole sandbox is killed; the rollout then fails at its next call
+into the environment, so bound the rollout itself with `Timeouts`; default none). A
+sandbox cannot create user namespaces (which would let it mount an uncapped tmpfs).
+cgroups are not used: this runtime must work with unprivileged bwrap and hosts without
+a delegated cgroup v2 tree, so memory is per process, not per sandbox.
+
+Control channel: every rollout's server requires a fresh token, returned in the
+`Endpoint` and handed to the server through a pipe (cold) or the rollout's own channel
+(warm), never argv or the environment: the sandbox user, and for `network="host"` every
+local user, could otherwise reach its socket or port.
 
 Teardown: the server is the first process of the sandbox's pid namespace; SIGTERM runs
 its shutdown hooks, SIGKILL after `stop_timeout` ends it, and the kernel then kills
@@ -99,7 +108,13 @@ SANDBOX_UID = 65534  # nobody, inside the sandbox and (when proctor runs as root
 WORKDIR = "/sandbox"
 CONTROL_DIR = "/run/proctor"  # where Unix sockets live, inside the sandbox
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-LIMIT_KEYS = ("memory", "processes", "cpu_time", "wall_time")
+LIMIT_KEYS = ("memory", "processes", "file_size", "tmpfs", "cpu_time", "wall_time")
+DEFAULT_LIMITS: Mapping[str, Any] = {
+    "memory": "2G",
+    "processes": 256,
+    "file_size": "1G",
+    "tmpfs": "512M",
+}
 
 _TAIL = 20  # stderr lines quoted in a launch error
 _TAIL_LINE = 2000
@@ -128,8 +143,10 @@ class SandboxRuntime(Provider):
         writable: host folders bound read-write, at the same path (shared by every
             rollout; the sandbox user, nobody when proctor runs as root, must be allowed
             to write there).
-        limits: default resource limits (`memory`, `processes`, `cpu_time`,
-            `wall_time`); a task's `runtime_config["limits"]` overrides them key by key.
+        limits: resource limits over `DEFAULT_LIMITS` (`memory` 2G, `processes` 256,
+            `file_size` 1G, `tmpfs` 512M each, `cpu_time` and `wall_time` unset; see
+            the module doc); a task's `runtime_config["limits"]` overrides them key by
+            key, and `None` lifts a limit.
         startup_timeout: seconds to wait for the environment to serve.
         stop_timeout: seconds between SIGTERM and SIGKILL.
         log: file the sandbox's output is appended to (default: the
@@ -170,7 +187,8 @@ class SandboxRuntime(Provider):
         self.env = dict(env or {})
         self.binds = [Path(p).absolute() for p in binds]
         self.writable = [Path(p).absolute() for p in writable]
-        self.limits = _Limits.parse(limits or {}, "limits")
+        self._limit_spec = {**DEFAULT_LIMITS, **(limits or {})}
+        self.limits = _Limits.parse(self._limit_spec, "limits")
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.log = log
@@ -228,7 +246,7 @@ class SandboxRuntime(Provider):
             os.close(token_w)
             token_w = -1
             command += ["--token-fd", str(token_r)]
-            argv = host.argv(command, ctl=ctl, info_fd=info_w)
+            argv = host.argv(command, ctl=ctl, tmpfs=limits.tmpfs, info_fd=info_w)
             await sandbox.proc.spawn(argv, pass_fds=(info_w, token_r))
             for fd in (info_w, token_r):
                 os.close(fd)
@@ -262,7 +280,7 @@ class SandboxRuntime(Provider):
         given = (task.runtime_config or {}).get("limits") or {}
         if not isinstance(given, Mapping):
             raise ValueError(f"runtime_config.limits: expected a mapping, got {given!r}")
-        return _Limits.parse({**self.limits.given(), **given}, "runtime_config.limits")
+        return _Limits.parse({**self._limit_spec, **given}, "runtime_config.limits")
 
     # -- shared state -----------------------------------------------------------------------
 
@@ -310,6 +328,8 @@ class SandboxRuntime(Provider):
 class _Limits:
     memory: int | None = None
     processes: int | None = None
+    file_size: int | None = None
+    tmpfs: int | None = None
     cpu_time: float | None = None
     wall_time: float | None = None
 
@@ -324,9 +344,12 @@ class _Limits:
                 f"{where}: unknown limit {unknown[0]!r} (known: {', '.join(LIMIT_KEYS)})"
             )
         memory, processes = spec.get("memory"), spec.get("processes")
+        file_size, tmpfs = spec.get("file_size"), spec.get("tmpfs")
         return cls(
             memory=None if memory is None else _size(memory, f"{where}.memory"),
             processes=None if processes is None else _count(processes, f"{where}.processes"),
+            file_size=None if file_size is None else _size(file_size, f"{where}.file_size"),
+            tmpfs=None if tmpfs is None else _size(tmpfs, f"{where}.tmpfs"),
             cpu_time=_seconds(spec.get("cpu_time"), f"{where}.cpu_time"),
             wall_time=_seconds(spec.get("wall_time"), f"{where}.wall_time"),
         )
@@ -335,7 +358,7 @@ class _Limits:
         return {k: getattr(self, k) for k in LIMIT_KEYS if getattr(self, k) is not None}
 
     def inside(self) -> dict[str, Any]:
-        """What the sandbox applies itself (wall time is the host's)."""
+        """What the sandbox applies itself (wall time is the host's; tmpfs a cold bwrap's)."""
         return {k: v for k, v in self.given().items() if k != "wall_time"}
 
 
@@ -486,9 +509,19 @@ class _Host:
         return path
 
     def argv(
-        self, command: list[str], *, ctl: Path | None, info_fd: int | None = None
+        self,
+        command: list[str],
+        *,
+        ctl: Path | None,
+        tmpfs: int | None,
+        info_fd: int | None = None,
     ) -> list[str]:
-        """The command line that runs `command` in a sandbox (`ctl`: the sockets' folder)."""
+        """The command line that runs `command` in a sandbox.
+
+        `ctl` is the sockets' folder, `tmpfs` the size of each tmpfs. A cold sandbox
+        (`info_fd`) may not create user namespaces; a zygote's rollouts need to, and
+        forbid it themselves once they have theirs.
+        """
         runtime = self.runtime
         argv: list[str] = []
         if self.as_root:
@@ -496,7 +529,9 @@ class _Host:
             uid = str(SANDBOX_UID)
             mnt = f"--mount=/proc/{self.helper.pid}/ns/mnt"
             argv += [self.nsenter, mnt, "--setuid", uid, "--setgid", uid, "--"]
-        argv += [runtime.bwrap, "--unshare-all"]
+        argv += [runtime.bwrap, "--unshare-all", "--unshare-user"]
+        if info_fd is not None:
+            argv.append("--disable-userns")
         if runtime.network == "host":
             argv.append("--share-net")
         argv += ["--die-with-parent", "--cap-drop", "ALL", "--new-session"]
@@ -513,8 +548,10 @@ class _Host:
         argv.append("--clearenv")
         for key, value in env.items():
             argv += ["--setenv", key, value]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
-        argv += ["--tmpfs", "/tmp", "--tmpfs", WORKDIR, "--chdir", WORKDIR]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        for point in ("/dev/shm", "/tmp", WORKDIR):
+            argv += [*(["--size", str(tmpfs)] if tmpfs else []), "--tmpfs", point]
+        argv += ["--chdir", WORKDIR]
         for path in SYSTEM:  # binds after the tmpfs mounts, so a bind under /tmp shows
             if os.path.islink(path):
                 argv += ["--symlink", os.readlink(path), path]
@@ -812,7 +849,7 @@ class _Zygote:
         if runtime.env_name:
             command += ["--env", runtime.env_name]
         try:
-            argv = host.argv(command, ctl=self.sockets)
+            argv = host.argv(command, ctl=self.sockets, tmpfs=runtime.limits.tmpfs)
             await self.proc.spawn(argv, pass_fds=(theirs.fileno(),))
         finally:
             theirs.close()
@@ -1016,6 +1053,8 @@ def _apply_limits(limits: Mapping[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
     if "processes" in limits:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
+    if "file_size" in limits:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size"], limits["file_size"]))
     if "cpu_time" in limits:
         soft = math.ceil(limits["cpu_time"])
         resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))  # SIGXCPU, then SIGKILL
@@ -1032,14 +1071,18 @@ def _unshare(network: Network) -> None:
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
 
 
-def _seal(network: Network) -> None:
-    """In the new namespaces: private mounts, loopback up, then drop every capability."""
+def _seal(network: Network, tmpfs: int | None) -> None:
+    """In the new namespaces: private mounts, loopback up, no further user namespace,
+    then drop every capability."""
     _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    # A user namespace of its own would let the rollout mount tmpfs without a size cap.
+    Path("/proc/sys/user/max_user_namespaces").write_text("0")
     private = {"/tmp": "1777", "/dev/shm": "1777", WORKDIR: "755"}
     kept = [(point, os.open(point, os.O_PATH)) for point in _binds_under(private)]
+    size = f",size={tmpfs}" if tmpfs else ""
     for point, mode in private.items():
-        _mount("tmpfs", point, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode={mode}")
+        _mount("tmpfs", point, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode={mode}{size}")
     for point, fd in kept:  # binds under those folders (a source under /tmp) stay
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             os.makedirs(point, exist_ok=True)
@@ -1215,7 +1258,7 @@ def _rollout(
         token = json.loads(channel.recv(4096))["token"]  # sent by the host with the request
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _seal(network)
+        _seal(network, limits.get("tmpfs"))
         _apply_limits(limits)
         os.dup2(2, 1)  # the environment's prints go to the log
         null = os.open(os.devnull, os.O_RDONLY)
