@@ -345,12 +345,36 @@ def test_killing_the_parent_leaves_no_sandbox_behind(tmp_path: Path) -> None:
         finally:
             parent.send_signal(signal.SIGKILL)
             parent.wait()
-            for folder in folders:  # the runtime had no chance to remove them
-                assert folder.name.startswith("proctor-sandbox-")
-                shutil.rmtree(folder)
-    assert eventually(lambda: not any(_exists(pid) for pid in sandboxed)), [
-        pid for pid in sandboxed if _exists(pid)
-    ]
+    try:
+        assert eventually(lambda: not any(_exists(pid) for pid in sandboxed)), [
+            pid for pid in sandboxed if _exists(pid)
+        ]
+        # The runtime had no chance to remove its folders: the next one to start does.
+        assert len(folders) == 2 and all(f.name.startswith("proctor-sandbox-") for f in folders)
+        assert all(folder.is_dir() for folder in folders)
+        asyncio.run(_start_and_stop(SandboxRuntime(SOURCE)))
+        assert not any(folder.exists() for folder in folders)
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _start_and_stop(runtime: SandboxRuntime) -> None:
+    async with runtime:
+        pass
+
+
+def test_reconcile_removes_only_the_folders_of_processes_that_are_gone(tmp_path: Path) -> None:
+    me = Path(f"/proc/{os.getpid()}/stat").read_text()
+    start = me[me.rindex(")") + 2 :].split()[19]
+    mine = tmp_path / f"proctor-sandbox-{os.getpid()}-{start}-live"
+    reused = tmp_path / f"proctor-sandbox-{os.getpid()}-{int(start) - 1}-reused"  # same pid
+    gone = tmp_path / f"proctor-sandbox-{2**22 + 7}-1-gone"  # above any pid_max
+    other = tmp_path / "proctor-sandbox-unrelated"
+    for folder in (mine, reused, gone, other):
+        (folder / "stage").mkdir(parents=True)
+    assert sorted(SandboxRuntime.reconcile(tmp_path)) == sorted([reused, gone])
+    assert mine.is_dir() and other.is_dir() and not reused.exists() and not gone.exists()
 
 
 def _descendants(root: int) -> list[int]:

@@ -213,6 +213,17 @@ class SandboxRuntime(Provider):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    @classmethod
+    def reconcile(cls, tmpdir: str | Path | None = None) -> list[Path]:
+        """Remove the host folders of runtimes whose process is gone (killed, say).
+
+        Each runtime's folder (`proctor-sandbox-PID-START-*` in `tmpdir`, by default
+        the system's) names its owner's pid and start time, so a reused pid is not
+        taken for it. Only folders of this user are touched. Every runtime does this
+        when it starts. Returns the folders removed.
+        """
+        return _reconcile(tmpdir if tmpdir is not None else tempfile.gettempdir())
+
     async def aclose(self) -> None:
         """Stop the zygote and the mount helper and remove the runtime's host folder."""
         zygote, self._zygote = self._zygote, None
@@ -413,6 +424,36 @@ def _deadline(seconds: float | None, kill: Callable[[], None]) -> Any:
 
 # -- the host side -------------------------------------------------------------------------------
 
+_FOLDER = "proctor-sandbox-"  # then the owner's PID-START, then mkdtemp's suffix
+
+
+def _owner(pid: int) -> str | None:
+    """`PID-START` of a live process (its start time in /proc/PID/stat), else None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] == "Z" else f"{pid}-{fields[19]}"
+
+
+def _reconcile(tmpdir: str | Path) -> list[Path]:
+    removed = []
+    try:
+        entries = list(os.scandir(tmpdir))
+    except OSError:
+        return []
+    for entry in entries:
+        found = re.fullmatch(rf"{_FOLDER}(\d+)-(\d+)-.+", entry.name)
+        if found is None or _owner(int(found[1])) == f"{found[1]}-{found[2]}":
+            continue
+        with contextlib.suppress(OSError):
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+                shutil.rmtree(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
 
 class _Host:
     """One runtime's host state: its folder, what to bind, and the mount helper (as root)."""
@@ -439,7 +480,8 @@ class _Host:
                 f"{runtime.bwrap}: not found; install bubblewrap (apt-get install -y bubblewrap)"
             )
         paths = await _python_paths(runtime)
-        host = cls(runtime, Path(tempfile.mkdtemp(prefix="proctor-sandbox-")))
+        _reconcile(tempfile.gettempdir())
+        host = cls(runtime, Path(tempfile.mkdtemp(prefix=f"{_FOLDER}{_owner(os.getpid())}-")))
         try:
             staged = host._layout([*paths, runtime.source, *runtime.binds], runtime.writable)
             if staged:
