@@ -1,0 +1,600 @@
+"""`BatchConfig`: what a batch runs, validated before anything else happens.
+
+A config is a JSON or TOML file (`load_config`). Unknown fields are rejected
+everywhere, and an error names the field path and the line of the file it is on.
+Relative paths in a config are relative to the file's folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeAlias
+from urllib.parse import urlsplit
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .._errors import ProctorError
+from ._config_lines import json_lines, toml_lines
+
+__all__ = [
+    "AgentEntry",
+    "Assignment",
+    "BatchConfig",
+    "BatchConfigError",
+    "CommandAgentEntry",
+    "ConfigProblem",
+    "ContainerRuntimeConfig",
+    "LimitsConfig",
+    "LocalExecutorConfig",
+    "LocalRuntimeConfig",
+    "PythonAgentEntry",
+    "RayExecutorConfig",
+    "RayRuntimeConfig",
+    "RuntimeConfig",
+    "SandboxRuntimeConfig",
+    "SubprocessRuntimeConfig",
+    "TasksetConfig",
+    "TimeoutsConfig",
+    "ToolAgentEntry",
+    "UrlRuntimeConfig",
+    "load_config",
+    "rollout_id",
+]
+
+# Variable names the harness's environment never carries from the parent (the same
+# rule `CommandAgent` applies): a config that sets one would put a secret in a file.
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_MAX_ID = 120  # a rollout id names a folder: keep it far below NAME_MAX (255 bytes)
+_INTERPRETERS = re.compile(r"(python[\d.]*|node|bash|sh|uv|uvx|npx|deno|bun|ruby|perl)")
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class BatchConfigError(ProctorError, ValueError):
+    """A batch config is malformed; `problems` lists every field at fault with its line."""
+
+    def __init__(self, problems: Sequence[ConfigProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(p.describe() for p in self.problems))
+
+
+class ConfigProblem(BaseModel):
+    """One thing wrong in a config file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str | None = None
+    """The config file, when the config came from one."""
+    line: int | None = None
+    """The line the field (or its enclosing object) is on, when known."""
+    path: str = ""
+    """The field path, such as `agents[0].max_steps`; empty for the whole file."""
+    message: str
+
+    def describe(self) -> str:
+        """`FILE:LINE: PATH: MESSAGE`, leaving out what is unknown."""
+        where = ":".join(str(p) for p in (self.file, self.line) if p is not None)
+        return ": ".join(p for p in (where, self.path, self.message) if p)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _no_secret_names(env: dict[str, str]) -> dict[str, str]:
+    secret = sorted(name for name in env if _SECRET_NAME.search(name))
+    if secret:
+        raise ValueError(
+            f"{', '.join(secret)}: secrets never go in a config file; "
+            "the harness gets model credentials from the interception proxy"
+        )
+    return env
+
+
+def _model_string(value: str) -> str:
+    from ..models import parse_model
+
+    spec = parse_model(value)  # ValueError names what is wrong with it
+    if urlsplit(spec.base_url).username is not None:
+        raise ValueError("a base URL must not carry credentials; keys come from the environment")
+    return value
+
+
+# -- taskset ----------------------------------------------------------------------------
+
+
+class TasksetConfig(_Model):
+    """Where the rows come from, and which environment serves them."""
+
+    source: str
+    """Any `Taskset.from_file` source: `.json`, `.jsonl`, `.py` or a folder."""
+    slugs: list[str] | None = None
+    """Keep only these rows (in the taskset's order); a slug it lacks is an error."""
+    env_source: str | None = None
+    """Python source defining the environment; default: `source` when it is Python."""
+    env: str | None = None
+    """Which environment, when the source defines several."""
+
+
+# -- agents -----------------------------------------------------------------------------
+
+
+class _AgentBase(_Model):
+    name: str | None = None
+    """Names the agent in rollout ids; default: derived from the model or command."""
+    enabled: bool = True
+    """A disabled entry stays in the assignment table but runs nothing."""
+
+
+class ToolAgentEntry(_AgentBase):
+    """The built-in tool-calling agent (`proctor.agents.ToolAgent`) on a model."""
+
+    kind: Literal["tool"]
+    model: str
+    """`provider/model[@base_url][?api=...]`, e.g. `openai/gpt-4.1-mini`."""
+    max_steps: PositiveInt = 30
+    system_prompt: str | None = None
+    tool_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 120.0
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Request parameters (`temperature`, `max_tokens`, ...)."""
+
+    _model = field_validator("model")(_model_string)
+
+    def default_name(self) -> str:
+        return _model_name(self.model)
+
+
+class CommandAgentEntry(_AgentBase):
+    """A harness command per rollout (`CommandAgent`) behind the interception proxy."""
+
+    kind: Literal["command"]
+    argv: Annotated[list[str], Field(min_length=1)]
+    """The command; it gets `OPENAI_BASE_URL`/`OPENAI_API_KEY` for the proxy."""
+    model: str
+    """The upstream model the proxy forwards to."""
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra variables for the harness (names that look secret are refused)."""
+    answer: Literal["stdout", "json"] = "stdout"
+    kill_grace: Seconds = 2.0
+
+    _model = field_validator("model")(_model_string)
+    _env = field_validator("env")(_no_secret_names)
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, argv: list[str]) -> list[str]:
+        if not argv[0]:
+            raise ValueError("the command is empty")
+        return argv
+
+    def default_name(self) -> str:
+        tool = Path(self.argv[0]).name
+        if _INTERPRETERS.fullmatch(tool) and len(self.argv) > 1:
+            tool = Path(self.argv[1]).stem
+        return f"{tool}-{_model_name(self.model)}"
+
+
+class PythonAgentEntry(_AgentBase):
+    """A Python agent by `module:attr` or `file.py:attr`, as `proctor run --agent` takes it."""
+
+    kind: Literal["python"]
+    agent: str
+    """`module:attr` or `path/to/file.py:attr`; a class is instantiated with no arguments."""
+    model: str | None = None
+    """The upstream model behind the interception proxy (`run.model_env`), if it uses one."""
+
+    _model = field_validator("model")(lambda v: v if v is None else _model_string(v))
+
+    @field_validator("agent")
+    @classmethod
+    def _spec(cls, spec: str) -> str:
+        module, _, attr = spec.partition(":")
+        if not module or not attr:
+            raise ValueError(f"expected 'module:attr' or 'file.py:attr', got {spec!r}")
+        return spec
+
+    def default_name(self) -> str:
+        attr = self.agent.rpartition(":")[2].rsplit(".", 1)[-1]
+        return attr if self.model is None else f"{attr}-{_model_name(self.model)}"
+
+
+AgentEntry: TypeAlias = Annotated[
+    ToolAgentEntry | CommandAgentEntry | PythonAgentEntry, Field(discriminator="kind")
+]
+
+
+def _model_name(model: str) -> str:
+    return model.split("@", 1)[0].split("?", 1)[0]
+
+
+# -- runtime ----------------------------------------------------------------------------
+
+
+class _Launch(_Model):
+    startup_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 60.0
+    stop_timeout: Seconds = 5.0
+
+
+class LocalRuntimeConfig(_Model):
+    """Serve in the runner's process (`LocalRuntime`)."""
+
+    kind: Literal["local"]
+
+
+class SubprocessRuntimeConfig(_Launch):
+    """A child process per rollout (`SubprocessRuntime`), optionally from warm zygotes."""
+
+    kind: Literal["subprocess"]
+    warm: bool | Annotated[int, Field(ge=0)] = False
+    python: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    _env = field_validator("env")(_no_secret_names)
+
+
+class SandboxLimits(_Model):
+    """Per-sandbox limits (see `SandboxRuntime`); a task's `runtime_config` overrides."""
+
+    memory: int | str | None = None
+    processes: PositiveInt | None = None
+    cpu_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    wall_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+
+class SandboxRuntimeConfig(_Launch):
+    """A bubblewrap sandbox per rollout (`SandboxRuntime`)."""
+
+    kind: Literal["sandbox"]
+    network: Literal["none", "host"] = "none"
+    warm: bool = False
+    python: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    binds: list[str] = Field(default_factory=list)
+    writable: list[str] = Field(default_factory=list)
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+
+    _env = field_validator("env")(_no_secret_names)
+
+
+class ContainerRuntimeConfig(_Launch):
+    """A container per rollout (`ContainerRuntime`), never pulled."""
+
+    kind: Literal["container"]
+    image: str | None = None
+    """Default: each task's `runtime_config["image"]`."""
+    source: str | None = None
+    """Environment source path inside the image."""
+    command: list[str] | None = None
+    env_name: str | None = None
+    engine: Literal["podman", "docker"] | None = None
+    network: str = "none"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    env: dict[str, str] = Field(default_factory=dict)
+    mounts: list[str] = Field(default_factory=list)
+    resources: dict[str, Any] = Field(default_factory=dict)
+    """`{"cpus": 1.5, "memory": "512m", "pids": 256}`; a task's own override these."""
+    oci_runtime: str | None = None
+    args: list[str] = Field(default_factory=list)
+
+    _env = field_validator("env")(_no_secret_names)
+
+
+class RayRuntimeConfig(_Launch):
+    """Each rollout's environment as a Ray actor (`RayRuntime`)."""
+
+    kind: Literal["ray"]
+    address: str | None = None
+    """`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup."""
+    resources: dict[str, Any] = Field(default_factory=dict)
+
+
+class UrlRuntimeConfig(_Model):
+    """An environment already served elsewhere (`Runtime(url)`)."""
+
+    kind: Literal["url"]
+    url: str
+    """`tcp://host:port` or `unix:///path`."""
+    token_env: str | None = None
+    """The variable holding the server's shared token (the name, never the token)."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        if not url.startswith(("tcp://", "unix://")):
+            raise ValueError(f"expected tcp://HOST:PORT or unix:///PATH, got {url!r}")
+        return url
+
+
+RuntimeConfig: TypeAlias = Annotated[
+    LocalRuntimeConfig
+    | SubprocessRuntimeConfig
+    | SandboxRuntimeConfig
+    | ContainerRuntimeConfig
+    | RayRuntimeConfig
+    | UrlRuntimeConfig,
+    Field(discriminator="kind"),
+]
+
+
+class LocalExecutorConfig(_Model):
+    """Agent loops share the runner's event loop."""
+
+    kind: Literal["local"]
+
+
+class RayExecutorConfig(_Model):
+    """Agent loops on Ray shards across a cluster (`RayExecutor`)."""
+
+    kind: Literal["ray"]
+    address: str | None = None
+    shards: PositiveInt | None = None
+    concurrency: PositiveInt = 32
+    resources: dict[str, Any] = Field(default_factory=dict)
+
+
+ExecutorConfig: TypeAlias = Annotated[
+    LocalExecutorConfig | RayExecutorConfig, Field(discriminator="kind")
+]
+
+
+# -- budgets ----------------------------------------------------------------------------
+
+
+class TimeoutsConfig(_Model):
+    """Deadlines per phase in seconds, as `proctor.engine.Timeouts` applies them."""
+
+    rollout: Seconds | None = None
+    connect: Seconds = 60.0
+    start: Seconds | None = None
+    agent: Seconds | None = None
+    grade: Seconds | None = None
+    teardown: Seconds = 30.0
+
+
+class LimitsConfig(_Model):
+    """Per-rollout budgets the interception proxy enforces (`proctor.proxy.Limits`)."""
+
+    max_turns: Annotated[int, Field(ge=0)] | None = None
+    max_input_tokens: Annotated[int, Field(ge=0)] | None = None
+    max_output_tokens: Annotated[int, Field(ge=0)] | None = None
+    max_total_tokens: Annotated[int, Field(ge=0)] | None = None
+    max_cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    """USD per rollout."""
+
+
+# -- the config -------------------------------------------------------------------------
+
+
+class Assignment(_Model):
+    """One rollout of the batch: a task, an agent entry and a repeat."""
+
+    rollout_id: str
+    task: str
+    """The task's slug."""
+    agent: str
+    """The agent entry's name."""
+    model: str | None
+    repeat: int
+    """1-based."""
+    enabled: bool
+
+
+class BatchConfig(_Model):
+    """Everything a batch runs; `model_json_schema()` is `proctor batch schema`."""
+
+    version: Literal[1] = 1
+    """Config format version."""
+    name: str | None = None
+    """The batch's name; default: the config file's stem."""
+    taskset: TasksetConfig
+    agents: Annotated[list[AgentEntry], Field(min_length=1)]
+    repeats: PositiveInt = 1
+    """Rollouts per task and agent entry."""
+    runtime: RuntimeConfig = Field(default_factory=lambda: LocalRuntimeConfig(kind="local"))
+    executor: ExecutorConfig = Field(default_factory=lambda: LocalExecutorConfig(kind="local"))
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    cost_cap: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """USD for the whole batch: once reached, no new model turns and no new launches."""
+    max_concurrency: PositiveInt
+    """Rollouts in flight at most."""
+    expected_rollouts: Annotated[int, Field(ge=0)]
+    """The enabled rollouts this batch must have (the frozen sample count)."""
+    task_suite: list[str] | None = None
+    """The ordered slugs the taskset must hold, exactly."""
+    environment_version: str | None = None
+    """The version the served environment must report in `hello`."""
+    launch_retries: Annotated[int, Field(ge=0)] = 1
+    """Fresh substrates tried when one fails before its agent starts."""
+    durability: Literal["default", "strict"] = "default"
+    """`strict` fsyncs every state change; `default` group-commits them."""
+
+    _path: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _executor_shorthand(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("executor"), str):
+            data = {**data, "executor": {"kind": data["executor"]}}
+        return data
+
+    @property
+    def path(self) -> Path | None:
+        """The file this config was loaded from, if any."""
+        return self._path
+
+    @property
+    def base_dir(self) -> Path:
+        """The folder relative paths in this config start from."""
+        return self._path.parent if self._path is not None else Path.cwd()
+
+    def resolve(self, path: str) -> str:
+        """`path` relative to `base_dir` (absolute paths pass through)."""
+        return str(self.base_dir / path) if not os.path.isabs(path) else path
+
+    def agent_names(self) -> list[str]:
+        """Each agent entry's name, given or derived, in order."""
+        return [entry.name or entry.default_name() for entry in self.agents]
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON of this config (what `--resume` compares)."""
+        canonical = orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(canonical).hexdigest()
+
+    def assignments(self, slugs: Sequence[str]) -> list[Assignment]:
+        """Every task x agent entry x repeat, in that nesting, with its rollout id."""
+        names = self.agent_names()
+        return [
+            Assignment(
+                rollout_id=rollout_id(slug, name, k),
+                task=slug,
+                agent=name,
+                model=entry.model,
+                repeat=k,
+                enabled=entry.enabled,
+            )
+            for slug in slugs
+            for entry, name in zip(self.agents, names, strict=True)
+            for k in range(1, self.repeats + 1)
+        ]
+
+
+def rollout_id(slug: str, agent: str, repeat: int) -> str:
+    """`<slug>--<agent>--r<k>`, with anything but `A-Za-z0-9._-` turned into `-`.
+
+    Stable: it depends on these three values only. A result longer than 120
+    characters is cut and suffixed with a hash of the full id, so it stays unique.
+    """
+    rid = f"{_clean(slug)}--{_clean(agent)}--r{repeat}"
+    if len(rid) > _MAX_ID:
+        digest = hashlib.sha256(rid.encode()).hexdigest()[:10]
+        rid = f"{rid[: _MAX_ID - 11]}-{digest}"
+    return rid
+
+
+def _clean(part: str) -> str:
+    return _UNSAFE.sub("-", part).strip("-.") or "x"
+
+
+# -- loading ----------------------------------------------------------------------------
+
+
+def load_config(path: str | os.PathLike[str]) -> BatchConfig:
+    """Read and validate a `.json` or `.toml` batch config.
+
+    Raises:
+        BatchConfigError: the file is missing, unreadable, not JSON/TOML, or fails
+            validation; each problem names the field path and its line.
+    """
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchConfigError([ConfigProblem(file=str(source), message=_why(exc))]) from None
+    return parse_config(text, suffix=source.suffix, file=source)
+
+
+def parse_config(text: str, *, suffix: str, file: Path | None = None) -> BatchConfig:
+    """Validate config `text` in the format `suffix` names (`.json` or `.toml`).
+
+    Raises:
+        BatchConfigError: not that format, or invalid (each problem with its line).
+    """
+    where = None if file is None else str(file)
+    data = _decode(text, suffix, where)
+    try:
+        config = BatchConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = (json_lines if suffix == ".json" else toml_lines)(text)
+        raise BatchConfigError(_problems(exc, data, lines, where)) from None
+    config._path = None if file is None else file.resolve()
+    return config
+
+
+def _decode(text: str, suffix: str, where: str | None) -> Any:
+    if suffix == ".json":
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            line = text.count("\n", 0, exc.pos) + 1
+            message = f"invalid JSON: {exc.msg}"
+            raise BatchConfigError(
+                [ConfigProblem(file=where, line=line, message=message)]
+            ) from None
+    if suffix == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+            at = int(found[1]) if found else None
+            message = f"invalid TOML: {exc}"
+            raise BatchConfigError([ConfigProblem(file=where, line=at, message=message)]) from None
+    message = f"unknown config format {suffix!r}; expected .json or .toml"
+    raise BatchConfigError([ConfigProblem(file=where, message=message)])
+
+
+def _problems(
+    exc: ValidationError, data: Any, lines: Mapping[tuple[str | int, ...], int], where: str | None
+) -> list[ConfigProblem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        path = _raw_path(data, err["loc"])
+        line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)
+        message = err["msg"].removeprefix("Value error, ")
+        problems.append(ConfigProblem(file=where, line=line, path=_dotted(path), message=message))
+    return problems
+
+
+def _raw_path(data: Any, loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """The error's location in the document, without pydantic's union tags."""
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        if _has(node, part):
+            node = node[part]
+        elif isinstance(node, dict) and node.get("kind") == part:
+            continue  # the tag of a discriminated union: not in the document
+        elif isinstance(node, str) and part == "kind":
+            continue  # a string shorthand such as `executor = "ray"`
+        else:
+            path.append(part)  # a missing field: named, though absent
+            node = None
+            continue
+        path.append(part)
+    return tuple(path)
+
+
+def _has(node: Any, part: str | int) -> bool:
+    if isinstance(node, list):
+        return isinstance(part, int) and 0 <= part < len(node)
+    return isinstance(node, dict) and part in node
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return f"not UTF-8 text: {exc}"
