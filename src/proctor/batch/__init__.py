@@ -1,0 +1,60 @@
+"""Batches: the durable output directory every batch, `proctor run` and the dashboard share.
+
+The layout (version `LAYOUT_VERSION`, written into `batch.json`; full reference in
+docs/batch-layout.md):
+
+```
+OUT/
+  batch.json          config as run, versions, pricing; written once, fsynced
+  batch-state.json    snapshot of every assignment's status, from the index, replaced
+                      atomically every few seconds and at close
+  events.jsonl        append-only: batch events and every rollout's index changes
+  index.sqlite        one row per rollout (SQLite, WAL), for filtering and sorting
+  rollouts/
+    <id>.json         the rollout's record: assignment, status, phase, attempt,
+                      timings, stop reason, result (grade, reward, error with phase),
+                      usage, cost, and its trace when not streamed
+    <id>/             made only when the rollout has one of these:
+      model_turns.jsonl   one line per model turn
+      trace.jsonl         trace steps, streamed as they happen
+      checkpoint.json     the model-visible state to continue from
+      evaluation/status.json
+      artifacts/          files produced, with SHA256SUMS (`sha256sum -c` format)
+      log.txt             environment and harness output
+      attempts/<n>/       an earlier attempt, moved aside whole by a retry
+```
+
+Write with `BatchStore` (`create` a new directory, `open` to resume) and one
+`RolloutRecorder` per rollout (`BatchStore.begin`); read with `list_rollouts`,
+`count_rollouts`, `read_rollout`, `read_events`, `read_state`, `read_batch`.
+"""
+
+from ._files import JsonlReader
+from ._read import count_rollouts, list_rollouts, read_events, read_rollout, read_state
+from ._store import (
+    LAYOUT_VERSION,
+    TERMINAL,
+    Assignment,
+    BatchStore,
+    Durability,
+    RolloutRecorder,
+    StoreError,
+    read_batch,
+)
+
+__all__ = [
+    "LAYOUT_VERSION",
+    "TERMINAL",
+    "Assignment",
+    "BatchStore",
+    "Durability",
+    "JsonlReader",
+    "RolloutRecorder",
+    "StoreError",
+    "count_rollouts",
+    "list_rollouts",
+    "read_batch",
+    "read_events",
+    "read_rollout",
+    "read_state",
+]

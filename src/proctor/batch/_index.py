@@ -1,0 +1,166 @@
+"""`index.sqlite`: one row per rollout, a view of `events.jsonl` kept in SQLite (WAL).
+
+The runner writes it in batched transactions; a dashboard or report reads it at the
+same time (WAL lets readers see the last commit while a write is under way). The
+`meta` table records how far into `events.jsonl` the rows reflect (`events_offset`),
+so reopening after a crash replays only the tail.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "COLUMNS",
+    "FILTERABLE",
+    "SORTABLE",
+    "apply_changes",
+    "connect",
+    "count_rows",
+    "get_offset",
+    "query_rows",
+]
+
+COLUMNS = (
+    "id",
+    "seq",
+    "task",
+    "agent",
+    "model",
+    "repeat",
+    "status",
+    "phase",
+    "attempt",
+    "reward",
+    "error_phase",
+    "error_type",
+    "cost",
+    "input_tokens",
+    "output_tokens",
+    "started_at",
+    "ended_at",
+)
+SORTABLE = frozenset(COLUMNS)
+FILTERABLE = ("status", "task", "agent", "model", "phase", "error_phase", "attempt")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rollouts (
+    id TEXT PRIMARY KEY NOT NULL,
+    seq INTEGER, task TEXT, agent TEXT, model TEXT, repeat INTEGER,
+    status TEXT, phase TEXT, attempt INTEGER, reward REAL,
+    error_phase TEXT, error_type TEXT, cost REAL,
+    input_tokens INTEGER, output_tokens INTEGER, started_at REAL, ended_at REAL
+);
+CREATE INDEX IF NOT EXISTS rollouts_seq ON rollouts(seq);
+CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status, seq);
+CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts(task, seq);
+CREATE INDEX IF NOT EXISTS rollouts_model ON rollouts(model, seq);
+CREATE INDEX IF NOT EXISTS rollouts_reward ON rollouts(reward);
+CREATE INDEX IF NOT EXISTS rollouts_cost ON rollouts(cost);
+CREATE INDEX IF NOT EXISTS rollouts_ended ON rollouts(ended_at);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY NOT NULL, value) WITHOUT ROWID;
+"""
+
+
+def connect(path: str, *, write: bool) -> sqlite3.Connection:
+    """Open the index; a writer creates the schema and turns WAL on.
+
+    `synchronous=NORMAL` fsyncs only at checkpoints: the index is rebuilt from
+    `events.jsonl` after a crash, so it need not be more durable than the log.
+    Readers are `query_only` and wait up to 5 s for a checkpoint's lock.
+    """
+    db = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+    if write:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+    else:
+        db.execute("PRAGMA query_only=1")
+    return db
+
+
+def get_offset(db: sqlite3.Connection) -> int:
+    """The byte offset into `events.jsonl` that the rows reflect."""
+    row = db.execute("SELECT value FROM meta WHERE key='events_offset'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def apply_changes(
+    db: sqlite3.Connection, changes: Mapping[str, Mapping[str, Any]], offset: int
+) -> None:
+    """Upsert each rollout's changed columns and the events offset, in one transaction.
+
+    A change sets only the columns it names, so replaying an event twice is harmless.
+    """
+    by_shape: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+    for rid, fields in changes.items():
+        keys = tuple(sorted(fields))
+        by_shape.setdefault(keys, []).append((rid, *(fields[k] for k in keys)))
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for keys, rows in by_shape.items():
+            db.executemany(_upsert_sql(keys), rows)
+        db.execute(
+            "INSERT INTO meta(key, value) VALUES('events_offset', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (offset,),
+        )
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _upsert_sql(keys: Sequence[str]) -> str:
+    cols = ", ".join(("id", *keys))
+    marks = ", ".join("?" * (len(keys) + 1))
+    if not keys:
+        return "INSERT INTO rollouts(id) VALUES(?) ON CONFLICT(id) DO NOTHING"
+    sets = ", ".join(f"{k}=excluded.{k}" for k in keys)
+    return f"INSERT INTO rollouts({cols}) VALUES({marks}) ON CONFLICT(id) DO UPDATE SET {sets}"
+
+
+def query_rows(
+    db: sqlite3.Connection,
+    filters: Mapping[str, Any],
+    order_by: str,
+    descending: bool,
+    limit: int | None,
+    offset: int,
+) -> list[dict[str, Any]]:
+    """Rows matching `filters` (column -> value, or a list of values), sorted, one page."""
+    if order_by not in SORTABLE:
+        raise ValueError(f"cannot sort by {order_by!r}; one of {sorted(SORTABLE)}")
+    where, args = _where(filters)
+    sql = f"SELECT {', '.join(COLUMNS)} FROM rollouts{where} ORDER BY {order_by} "
+    sql += "DESC" if descending else "ASC"
+    sql += ", seq ASC LIMIT ? OFFSET ?"
+    args += [-1 if limit is None else limit, offset]
+    return [dict(zip(COLUMNS, row, strict=True)) for row in db.execute(sql, args)]
+
+
+def count_rows(db: sqlite3.Connection, filters: Mapping[str, Any], group_by: str) -> dict[Any, int]:
+    """How many rows match `filters`, by the value of column `group_by`."""
+    if group_by not in SORTABLE:
+        raise ValueError(f"cannot group by {group_by!r}; one of {sorted(SORTABLE)}")
+    where, args = _where(filters)
+    sql = f"SELECT {group_by}, COUNT(*) FROM rollouts{where} GROUP BY {group_by}"
+    return {key: n for key, n in db.execute(sql, args)}
+
+
+def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    args: list[Any] = []
+    for col, value in filters.items():
+        if col not in FILTERABLE:
+            raise ValueError(f"cannot filter on {col!r}; one of {list(FILTERABLE)}")
+        if value is None:
+            continue
+        values = (
+            list(value) if isinstance(value, Iterable) and not isinstance(value, str) else [value]
+        )
+        clauses.append(f"{col} IN ({', '.join('?' * len(values))})")
+        args += values
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args

@@ -1,0 +1,652 @@
+"""`BatchStore`: the crash-safe record of one batch, and `RolloutRecorder` for each rollout.
+
+The layout it writes is documented in `proctor.batch` and docs/batch-layout.md.
+
+Who is the authority for what:
+
+- `rollouts/<id>.json` (the rollout's record) for that rollout's state and result;
+- `events.jsonl` for the batch's history, including every change of an indexed column;
+- `index.sqlite` is a view of `events.jsonl`, committed in batches by a background
+  thread and replayed from its recorded offset on reopen; `batch-state.json` is a
+  periodic snapshot of the index.
+
+Every call writes to the kernel before returning (no user-space buffering), so killing
+the process loses nothing already handed over. Durability against a machine crash is
+the `durability` mode: `strict` fsyncs before returning; `default` group-commits with
+one `syncfs` per window (0.2 s), the same trade a database makes with a group commit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from .._errors import ProctorError
+from . import _files, _index
+
+__all__ = [
+    "LAYOUT_VERSION",
+    "TERMINAL",
+    "Assignment",
+    "BatchStore",
+    "Durability",
+    "RolloutRecorder",
+    "StoreError",
+    "read_batch",
+]
+
+LAYOUT_VERSION = 1
+TERMINAL = frozenset({"completed", "failed", "interrupted"})
+Durability = Literal["default", "strict"]
+Redact = Callable[[bytes], bytes]
+
+
+class StoreError(ProctorError):
+    """An output directory cannot be created, opened or written.
+
+    It already exists (a new batch never reuses one), it is not a batch output (no
+    `batch.json`), its `layout_version` is one this code does not read, or the store's
+    background flush failed (the original `OSError` or `sqlite3.Error` is the cause).
+    """
+
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,159}")
+_ARTIFACT = re.compile(r"[A-Za-z0-9._-][A-Za-z0-9._ -]{0,199}")
+_REPLAY_CHUNK = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One planned rollout: a task for an agent/model, the `repeat`-th time.
+
+    `id` names the rollout's record and folder: letters, digits, `.`, `_`, `-`.
+    """
+
+    id: str
+    task: str
+    agent: str | None = None
+    model: str | None = None
+    repeat: int = 0
+
+
+def read_batch(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The `batch.json` of an output directory.
+
+    Raises:
+        StoreError: no `batch.json` (not a batch output, or one whose creation died
+            before it finished), or a `layout_version` this code does not read.
+    """
+    file = os.path.join(os.fspath(path), "batch.json")
+    try:
+        with open(file, "rb") as f:
+            doc = orjson.loads(f.read())
+    except FileNotFoundError:
+        raise StoreError(f"{path} is not a batch output directory (no batch.json)") from None
+    except orjson.JSONDecodeError as exc:
+        raise StoreError(f"{file} is not JSON: {exc}") from None
+    version = doc.get("layout_version") if isinstance(doc, dict) else None
+    if version != LAYOUT_VERSION:
+        raise StoreError(
+            f"{file} has layout_version {version!r}; this proctor reads {LAYOUT_VERSION}"
+        )
+    return doc  # type: ignore[no-any-return]
+
+
+def _check_id(rollout_id: str) -> str:
+    if not _ID.fullmatch(rollout_id) or ".." in rollout_id:
+        raise ValueError(f"bad rollout id {rollout_id!r}: use letters, digits, '.', '_', '-'")
+    return rollout_id
+
+
+def _index_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The index columns a rollout update sets (flattening `error` and `usage`)."""
+    out = {k: v for k, v in fields.items() if k in _PLAIN_COLUMNS}
+    if "error" in fields:
+        error = fields["error"] if isinstance(fields["error"], Mapping) else {}
+        out["error_phase"] = error.get("phase")
+        out["error_type"] = error.get("type")
+    usage = fields.get("usage")
+    if isinstance(usage, Mapping):
+        out["input_tokens"] = usage.get("input_tokens")
+        out["output_tokens"] = usage.get("output_tokens")
+    return out
+
+
+_PLAIN_COLUMNS = frozenset(
+    {"status", "phase", "attempt", "reward", "cost", "started_at", "ended_at"}
+)
+_EVENT_COLUMNS = frozenset(_index.COLUMNS) - {"id"}
+
+
+class BatchStore:
+    """The output directory of one batch, open for writing.
+
+    Make one with `BatchStore.create` (a new directory) or `BatchStore.open` (resume).
+    Calls are synchronous and thread-safe; each returns once its bytes are with the
+    kernel (and, in `strict` mode, on disk). Use it as a context manager, or call
+    `close()`, which commits and syncs everything and writes the final
+    `batch-state.json`.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        batch: dict[str, Any],
+        *,
+        durability: Durability,
+        redact: Redact | None,
+        window: float,
+        snapshot_every: float,
+    ) -> None:
+        if durability not in ("default", "strict"):
+            raise ValueError(f"durability is 'default' or 'strict', not {durability!r}")
+        self.path = path
+        self.batch = batch
+        self.durability: Durability = durability
+        self._strict = durability == "strict"
+        self._redact = redact
+        self._window = window
+        self._snapshot_every = snapshot_every
+        self._rollouts = os.path.join(path, "rollouts")
+        self._lock = threading.Lock()
+        self._db_lock = threading.Lock()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._dirty = False
+        self._error: BaseException | None = None
+        self._closed = False
+        self._events_path = os.path.join(path, "events.jsonl")
+        self._events_fd = os.open(
+            self._events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
+        self._events_size = os.fstat(self._events_fd).st_size
+        self._dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._db = _index.connect(os.path.join(path, "index.sqlite"), write=True)
+        self._next_seq = self._db.execute(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"
+        ).fetchone()[0]
+        self._committed = _index.get_offset(self._db)
+        self._next_snapshot = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._flush_loop, name="proctor-batch-store", daemon=True
+        )
+
+    # -- opening and closing -------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        batch: Mapping[str, Any],
+        *,
+        durability: Durability = "default",
+        redact: Redact | None = None,
+        window: float = 0.2,
+        snapshot_every: float = 2.0,
+    ) -> BatchStore:
+        """Create the output directory `path` and open it for writing.
+
+        `batch` (the config as run, versions, pricing) becomes `batch.json` with
+        `layout_version` and `created_at` added; it is written last and fsynced, so a
+        directory without it is a creation that died. `redact` maps every JSON or text
+        payload to what is written (e.g. to mask keys); `window` bounds the group commit
+        in `default` mode; `snapshot_every` is the shortest period of `batch-state.json`.
+
+        Raises:
+            StoreError: `path` already exists.
+        """
+        root = os.path.abspath(os.fspath(path))
+        os.makedirs(os.path.dirname(root), exist_ok=True)
+        try:
+            os.mkdir(root)
+        except FileExistsError:
+            raise StoreError(
+                f"{root} already exists; a batch needs a new output directory"
+            ) from None
+        os.mkdir(os.path.join(root, "rollouts"))
+        doc = {"layout_version": LAYOUT_VERSION, "created_at": time.time(), **batch}
+        store = cls(
+            root,
+            doc,
+            durability=durability,
+            redact=redact,
+            window=window,
+            snapshot_every=snapshot_every,
+        )
+        _files.write_atomic(os.path.join(root, "batch.json"), store._encode(doc), sync=True)
+        _files.fsync_dir(os.path.dirname(root))
+        store._thread.start()
+        return store
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "default",
+        redact: Redact | None = None,
+        window: float = 0.2,
+        snapshot_every: float = 2.0,
+    ) -> BatchStore:
+        """Reopen an existing output directory to resume writing it.
+
+        Cuts a torn last line off `events.jsonl`, replays the events the index had not
+        committed, and corrects the rows of unfinished rollouts from their records (a
+        kill between writing a record and its event). Afterwards the index shows every
+        rollout ever recorded; `list_rollouts` tells the executor what is left.
+
+        Raises:
+            StoreError: `path` is not a batch output of this layout version.
+        """
+        root = os.path.abspath(os.fspath(path))
+        doc = read_batch(root)
+        torn = _files.truncate_torn_tail(os.path.join(root, "events.jsonl"))
+        store = cls(
+            root,
+            doc,
+            durability=durability,
+            redact=redact,
+            window=window,
+            snapshot_every=snapshot_every,
+        )
+        try:
+            store._replay()
+            store._reconcile_unfinished()
+            if torn:
+                store.event("recovered", file="events.jsonl", torn_bytes=torn)
+            store.flush()
+        except BaseException:
+            store._close_handles()
+            raise
+        store._thread.start()
+        return store
+
+    def close(self) -> None:
+        """Commit the index, write `batch-state.json`, sync everything, release files.
+
+        Raises:
+            StoreError: the background flush had failed (its error is the cause).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        try:
+            self._check()
+            self._commit(sync=False)
+            self._snapshot()
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if not self._strict:
+                _files.sync_filesystem(self._dir_fd)
+        finally:
+            self._close_handles()
+
+    def __enter__(self) -> BatchStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------
+
+    def add_assignments(self, assignments: Iterable[Assignment]) -> None:
+        """Record planned rollouts as `queued`, in plan order (one `assigned` event each)."""
+        chunk: list[Assignment] = []
+        for a in assignments:
+            chunk.append(a)
+            if len(chunk) == _REPLAY_CHUNK:
+                self._add_chunk(chunk)
+                chunk = []
+        if chunk:
+            self._add_chunk(chunk)
+
+    def _add_chunk(self, chunk: list[Assignment]) -> None:
+        now = time.time()
+        # One bytearray, not a list of encoded lines: each orjson result holds a page
+        # of heap until freed, so 10,000 of them alive at once would cost 40 MB.
+        lines = bytearray()
+        changes = {}
+        for a in chunk:
+            fields = {
+                "seq": self._next_seq,
+                "task": a.task,
+                "agent": a.agent,
+                "model": a.model,
+                "repeat": a.repeat,
+                "status": "queued",
+            }
+            self._next_seq += 1
+            changes[_check_id(a.id)] = fields
+            lines += self._encode({"t": now, "type": "assigned", "id": a.id, **fields})
+        self._append_events(bytes(lines), changes)
+        self.flush()
+
+    def event(self, type: str, **data: Any) -> None:
+        """Append a batch event (`{"t": time, "type": type, **data}`) to `events.jsonl`."""
+        self._append_events(self._encode({"t": time.time(), "type": type, **data}), None)
+
+    def begin(self, assignment: Assignment, *, attempt: int = 1, **fields: Any) -> RolloutRecorder:
+        """Start (or continue) recording one rollout and return its recorder.
+
+        A rollout with no record starts `running` in phase `provisioning` (override with
+        `status=` / `phase=`), with `started_at` now. One whose record has this
+        `attempt` is continued from that record (a resumed rollout). One whose record
+        has an earlier attempt has that attempt moved, with its files, to
+        `rollouts/<id>/attempts/<n>/` and starts afresh.
+        """
+        rec = RolloutRecorder(self, assignment, attempt)
+        fields.setdefault("status", "running")
+        if rec.record.get("attempt") == attempt:
+            rec.update(**fields)
+            return rec
+        if rec.record:
+            rec.archive()
+        fields.setdefault("phase", "provisioning")
+        fields.setdefault("started_at", time.time())
+        rec.record = {
+            "id": assignment.id,
+            "task": assignment.task,
+            "agent": assignment.agent,
+            "model": assignment.model,
+            "repeat": assignment.repeat,
+        }
+        # The record file waits for the rollout's next update: until then the event
+        # holds all it would say, and a trivial rollout creates one file, not two.
+        rec.update(write=False, attempt=attempt, **fields)
+        return rec
+
+    def flush(self) -> None:
+        """Commit the index now; in `default` mode also sync the filesystem first."""
+        self._check()
+        self._commit(sync=not self._strict)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _encode(self, obj: Any) -> bytes:
+        data = orjson.dumps(obj, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        return data if self._redact is None else self._redact(data)
+
+    def _append_events(self, data: bytes, changes: Mapping[str, Mapping[str, Any]] | None) -> None:
+        with self._lock:
+            self._check()
+            _files.write_all(self._events_fd, data)
+            if self._strict:
+                os.fsync(self._events_fd)
+            else:
+                self._dirty = True
+            self._events_size += len(data)
+            for rid, fields in (changes or {}).items():
+                self._pending.setdefault(rid, {}).update(fields)
+
+    def _touched(self) -> None:
+        if not self._strict:
+            self._dirty = True
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise StoreError(
+                f"the batch store's background flush failed: {self._error!r}"
+            ) from self._error
+
+    def _commit(self, *, sync: bool) -> None:
+        # One committer at a time, and the capture inside the db lock, so a later
+        # commit never lands before an earlier one. The sync comes first so the index
+        # never claims events that a machine crash could still take back.
+        with self._db_lock:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+                offset, dirty = self._events_size, self._dirty
+                self._dirty = False
+            if sync and dirty:
+                _files.sync_filesystem(self._dir_fd)
+            if pending or offset != self._committed:
+                _index.apply_changes(self._db, pending, offset)
+                self._committed = offset
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self._window):
+            try:
+                self._commit(sync=not self._strict)
+                if time.monotonic() >= self._next_snapshot:
+                    self._snapshot()
+            except BaseException as exc:  # surfaced by the next call on the store
+                self._error = exc
+                return
+
+    def _snapshot(self) -> None:
+        started = time.monotonic()
+        target = os.path.join(self.path, "batch-state.json")
+        _files.write_atomic_chunks(target, self._snapshot_chunks(), sync=self._strict)
+        self._touched()
+        # A snapshot costs O(rollouts): spacing them by 20x their cost keeps the
+        # total under 5% of the run however large the batch grows.
+        elapsed = time.monotonic() - started
+        self._next_snapshot = time.monotonic() + max(self._snapshot_every, 20 * elapsed)
+
+    def _snapshot_chunks(self) -> Iterator[bytes]:
+        with self._db_lock:
+            counts = _index.count_rows(self._db, {}, "status")
+        head = {"layout_version": LAYOUT_VERSION, "updated_at": time.time(), "counts": counts}
+        yield self._encode(head)[:-2] + b',"rollouts":[\n'
+        cols = (
+            "id",
+            "task",
+            "agent",
+            "model",
+            "repeat",
+            "status",
+            "phase",
+            "attempt",
+            "reward",
+            "error_phase",
+        )
+        reader = _index.connect(os.path.join(self.path, "index.sqlite"), write=False)
+        try:
+            rows = reader.execute(f"SELECT {', '.join(cols)} FROM rollouts ORDER BY seq")
+            sep = b""
+            while batch := rows.fetchmany(2000):
+                part = bytearray(sep)
+                for r in batch:
+                    part += orjson.dumps(
+                        {k: v for k, v in zip(cols, r, strict=True) if v is not None}
+                    )
+                    part += b",\n"
+                yield bytes(part[:-2])
+                sep = b",\n"
+        finally:
+            reader.close()
+        yield b"\n]}\n"
+
+    def _replay(self) -> None:
+        offset = _index.get_offset(self._db)
+        if offset > self._events_size:
+            offset = 0  # the index outlived the log's tail (a machine crash): rebuild it all
+        reader = _files.JsonlReader(self._events_path, offset)
+        changes: dict[str, dict[str, Any]] = {}
+        for ev in reader:
+            rid = ev.get("id")
+            if ev.get("type") in ("assigned", "rollout") and isinstance(rid, str):
+                changes.setdefault(rid, {}).update(
+                    (k, v) for k, v in ev.items() if k in _EVENT_COLUMNS
+                )
+            if len(changes) >= _REPLAY_CHUNK:
+                _index.apply_changes(self._db, changes, reader.end)
+                changes = {}
+        _index.apply_changes(self._db, changes, reader.end)
+        self._committed = reader.end
+        self._next_seq = self._db.execute(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"
+        ).fetchone()[0]
+
+    def _reconcile_unfinished(self) -> None:
+        marks = ", ".join("?" * len(TERMINAL))
+        rows = self._db.execute(
+            f"SELECT id, status FROM rollouts WHERE status IS NULL OR status NOT IN ({marks})",
+            sorted(TERMINAL),
+        ).fetchall()
+        for rid, status in rows:
+            record = _load_record(os.path.join(self._rollouts, f"{rid}.json"))
+            if record and record.get("status") != status:
+                fields = _index_fields(record)
+                self._append_events(
+                    self._encode({"t": time.time(), "type": "rollout", "id": rid, **fields}),
+                    {rid: fields},
+                )
+
+    def _close_handles(self) -> None:
+        os.close(self._events_fd)
+        os.close(self._dir_fd)
+        self._db.close()
+
+
+def _load_record(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            record = orjson.loads(f.read())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+class RolloutRecorder:
+    """Writes one rollout: its record (`rollouts/<id>.json`) and its folder's files.
+
+    Get one from `BatchStore.begin`. The folder `rollouts/<id>/` is made only when the
+    rollout first writes something that lives there.
+    """
+
+    def __init__(self, store: BatchStore, assignment: Assignment, attempt: int) -> None:
+        self.id = _check_id(assignment.id)
+        self.attempt = attempt
+        self._store = store
+        self.record_path = os.path.join(store._rollouts, f"{self.id}.json")
+        self.folder = os.path.join(store._rollouts, self.id)
+        self.record: dict[str, Any] = _load_record(self.record_path)
+        self._resumed = bool(self.record)
+        self._has_folder = self._resumed and os.path.isdir(self.folder)
+        self._checked: set[str] = set()
+
+    def update(self, *, write: bool = True, **fields: Any) -> None:
+        """Merge `fields` into the record and replace it; index the columns among them.
+
+        Indexed: `status`, `phase`, `attempt`, `reward`, `cost`, `started_at`,
+        `ended_at`, `error` (a mapping: its `phase` and `type`) and `usage` (a
+        mapping: its `input_tokens` and `output_tokens`). Anything else JSON-able is
+        kept in the record only (e.g. `result`, `trace`, `stop_reason`, `prompt`).
+        With `write=False` the record file is left for a later update (the event and
+        the index still get the indexed columns).
+        """
+        store = self._store
+        store._check()
+        self.record.update(fields)
+        if write:
+            _files.write_atomic(self.record_path, store._encode(self.record), sync=store._strict)
+            store._touched()
+        indexed = _index_fields(fields)
+        if indexed:
+            event = {"t": time.time(), "type": "rollout", "id": self.id, **indexed}
+            store._append_events(store._encode(event), {self.id: indexed})
+
+    def finish(self, status: str, **fields: Any) -> None:
+        """Record the outcome (`completed`, `failed`, `interrupted`), `ended_at` now."""
+        fields.setdefault("ended_at", time.time())
+        self.update(status=status, **fields)
+
+    def append_turn(self, turn: Mapping[str, Any]) -> None:
+        """Append one model turn to `model_turns.jsonl`."""
+        self._append("model_turns.jsonl", self._store._encode(turn))
+
+    def append_step(self, step: Mapping[str, Any]) -> None:
+        """Append one trace step to `trace.jsonl` (for traces streamed as they grow)."""
+        self._append("trace.jsonl", self._store._encode(step))
+
+    def log(self, text: str) -> None:
+        """Append `text` to `log.txt`."""
+        data = text.encode("utf-8", "replace")
+        self._append("log.txt", data if self._store._redact is None else self._store._redact(data))
+
+    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Replace `checkpoint.json`: the model-visible state to continue from."""
+        self._replace(os.path.join(self._dir(), "checkpoint.json"), self._store._encode(state))
+
+    def set_evaluation(self, status: Mapping[str, Any]) -> None:
+        """Replace `evaluation/status.json` (grading progress and outcome)."""
+        folder = self._dir("evaluation")
+        self._replace(os.path.join(folder, "status.json"), self._store._encode(status))
+
+    def add_artifact(self, name: str, data: bytes) -> str:
+        """Write `artifacts/<name>` and append its SHA-256 to `artifacts/SHA256SUMS`.
+
+        The manifest is `sha256sum -c` format. Returns the hex digest.
+
+        Raises:
+            ValueError: `name` is not a plain file name.
+        """
+        import hashlib
+
+        if not _ARTIFACT.fullmatch(name) or name in (".", "..", "SHA256SUMS"):
+            raise ValueError(f"bad artifact name {name!r}")
+        folder = self._dir("artifacts")
+        self._replace(os.path.join(folder, name), data)
+        digest = hashlib.sha256(data).hexdigest()
+        _files.append_bytes(
+            os.path.join(folder, "SHA256SUMS"),
+            f"{digest}  {name}\n".encode(),
+            sync=self._store._strict,
+        )
+        return digest
+
+    def archive(self) -> None:
+        """Move this rollout's record and files to `rollouts/<id>/attempts/<n>/`."""
+        old = self.record.get("attempt", 0)
+        target = os.path.join(self.folder, "attempts", str(old))
+        os.makedirs(target, exist_ok=True)
+        if os.path.isdir(self.folder):
+            for name in os.listdir(self.folder):
+                if name != "attempts":
+                    os.replace(os.path.join(self.folder, name), os.path.join(target, name))
+        os.replace(self.record_path, os.path.join(target, "rollout.json"))
+        if self._store._strict:
+            for folder in (target, self.folder, self._store._rollouts):
+                _files.fsync_dir(folder)
+        self._store._touched()
+        self.record = {}
+        self._has_folder = True
+
+    def _dir(self, sub: str | None = None) -> str:
+        if not self._has_folder:
+            os.makedirs(self.folder, exist_ok=True)
+            if self._store._strict:
+                _files.fsync_dir(self._store._rollouts)
+            self._has_folder = True
+        if sub is None:
+            return self.folder
+        path = os.path.join(self.folder, sub)
+        if not os.path.isdir(path):
+            os.mkdir(path)
+            if self._store._strict:
+                _files.fsync_dir(self.folder)
+        return path
+
+    def _append(self, name: str, data: bytes) -> None:
+        self._store._check()
+        path = os.path.join(self._dir(), name)
+        if self._resumed and name not in self._checked:
+            _files.truncate_torn_tail(path)
+            self._checked.add(name)
+        _files.append_bytes(path, data, sync=self._store._strict)
+        self._store._touched()
+
+    def _replace(self, path: str, data: bytes) -> None:
+        self._store._check()
+        _files.write_atomic(path, data, sync=self._store._strict)
+        self._store._touched()
