@@ -17,7 +17,7 @@ HARNESS = REPO / "tests" / "proxy" / "harness.py"
 SHELLFIX = REPO / "examples" / "shellfix"
 
 
-async def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+async def run_cli(*args: str | Path) -> tuple[int, str, str]:
     """The real command in a child process, while this loop serves the fake model."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -27,7 +27,6 @@ async def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> tuple
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=REPO,
-        env={**os.environ, **(env or {})},
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
@@ -59,8 +58,8 @@ async def test_harness_behind_the_proxy_with_a_turn_budget(tmp_path: Path) -> No
         code, out, err = await run_cli(
             "run",
             source,
-            "--harness",
-            f"{sys.executable} {HARNESS}",
+            "--harness",  # the driver's variables do not reach a harness: set them here
+            f"env HARNESS_TURNS=4 {sys.executable} {HARNESS}",
             "--model",
             f"vllm/served-model@{fake.url}",
             "--max-turns",
@@ -68,7 +67,6 @@ async def test_harness_behind_the_proxy_with_a_turn_budget(tmp_path: Path) -> No
             "--output",
             out_file,
             "--json",
-            env={"HARNESS_TURNS": "4"},
         )
         assert code == 0, err
         assert {r.model for r in fake.requests} == {"served-model"}  # pinned by --model

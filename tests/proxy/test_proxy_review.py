@@ -211,20 +211,24 @@ async def test_vllm_token_id_strings_become_ids(fake: FakeModelServer) -> None:
         ]
 
 
-def test_command_agent_drops_credential_like_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_command_agent_environment_is_an_allowlist(monkeypatch: pytest.MonkeyPatch) -> None:
     from proctor import Environment, Task
     from proctor.engine import Run
 
     names = ["API_KEY", "OPENAI_KEY", "AZURE_OPENAI_KEY", "OPENROUTER_KEY", "OPENAI_APIKEY"]
-    names += ["CREDENTIALS", "GH_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY"]
+    names += ["CREDENTIALS", "GH_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "MYSQL_PWD"]
+    names += ["DATABASE_URL", "SENTRY_DSN", "GH_PAT", "PROCTOR_TOKEN", "HARMLESS_SETTING"]
     for name in names:
         monkeypatch.setenv(name, "secret-value")
-    monkeypatch.setenv("HARMLESS_SETTING", "1")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-real")
+    monkeypatch.setenv("LC_TIME", "C")
     Environment("cmd-env")
     run = Run(Task(env="cmd-env", id="t"))
     env = CommandAgent([sys.executable]).environ(run)
-    assert not [n for n in names if n in env]
-    assert env["HARMLESS_SETTING"] == "1" and "PATH" in env
+    assert not [n for n in names if n in env] and "ANTHROPIC_API_KEY" not in env
+    assert "PATH" in env and env["LC_TIME"] == "C" and env["HOME"] == "/home/harness"
+    env = CommandAgent([sys.executable], pass_env=["HARMLESS_SETTING"]).environ(run)
+    assert env["HARMLESS_SETTING"] == "secret-value"
 
 
 async def test_broken_answers_are_malformed_streamed_or_not(fake: FakeModelServer) -> None:

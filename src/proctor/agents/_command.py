@@ -5,50 +5,75 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
+import shutil
 import signal
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import orjson
 
 from .._errors import RolloutError
+from ._jail import HOME, Jail, Routes
 
 if TYPE_CHECKING:
     from ..engine._run import Run
 
 __all__ = ["CommandAgent"]
 
-# Parent variables that look like credentials never reach a harness (better a harmless
-# variable too many than a key); the proxy session's secret replaces provider keys.
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
+# What a harness gets of the driver's environment, by name; nothing else passes.
+_PASSED = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ"})
+_PASSED_PREFIX = "LC_"
+_URL_VARS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 _TAIL = 4000
 
 
 class CommandAgent:
     """Run `argv` once per rollout and take its standard output as the answer.
 
-    The harness gets the prompt on stdin (text as is, anything else as JSON) and in
-    its environment:
+    The harness gets the prompt on stdin (text as is, anything else as JSON). Its
+    environment is built from an allowlist, never from the driver's whole environment:
 
+    - of the driver's variables only `PATH`, `LANG`, `LANGUAGE`, `LC_*`, `TERM`, `TZ`,
+      and the names in `pass_env`;
+    - `HOME` and `TMPDIR`: private folders, empty at each start;
     - `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`:
       the run's interception-proxy session (`rollout(..., proxy=)`), so every model
-      call it makes is recorded and budgeted; the key is a per-rollout secret;
+      call it makes is recorded and budgeted; the key is a per-rollout secret (the
+      driver's own keys never pass, whatever their name);
     - `PROCTOR_TASK_ID`, `PROCTOR_TRACE_ID`, and `PROCTOR_CAPABILITIES`: a JSON map of
       the environment's capabilities, each routed to a local URL through the run's
-      connection.
+      connection;
+    - `env`, applied last.
 
-    Variables of the parent whose name mentions a credential (`KEY`, `TOKEN`,
-    `SECRET`, `PASSW`, `CRED`, `AUTH`, anywhere, any case) are removed; pass what a
-    harness really needs in `env`.
+    By default (`jail=True`) the harness runs in a bubblewrap jail where it cannot see
+    the driver: its own pid, mount, network, IPC and UTS namespaces, as uid 65534
+    (nobody) when the driver is root (else an unprivileged user namespace: the driver's
+    uid on the host), no capabilities, the system folders, its working directory, its
+    program and `binds` read-only, `writable` read-write, a private tmpfs `HOME`
+    (`/home/harness`) and `/tmp`. Its only network is its own loopback, where the
+    proxy session's and the capabilities' ports are forwarded to the driver (their URLs
+    unchanged; a Unix-socket capability is rewritten to a socket under `/run/proctor`).
+    Anything readable by the jail user in the working directory is visible to it, so
+    keep secrets (a `.env` file) out of it. Needs `bwrap` (`apt-get install
+    bubblewrap`); without it every run fails saying so.
 
     Args:
         argv: the command (a list, or a string split on whitespace).
-        cwd: its working directory.
+        cwd: its working directory (default: the driver's), bound read-only in the
+            jail; not the driver's home folder or above it.
         env: extra variables, applied last.
+        pass_env: names of more driver variables to pass through (when present).
         answer: `stdout` (stripped text) or `json` (stdout parsed as JSON).
         kill_grace: seconds between SIGTERM and SIGKILL when the rollout stops it.
+        jail: run it in the jail; `False` runs it as a plain child process of the
+            driver, which is unsafe: it can read the driver's environment and keys
+            (`/proc/<driver>/environ`) and every file the driver can.
+        binds: more host paths shown read-only in the jail, at the same path.
+        writable: host folders shown read-write in the jail (the jail user, nobody
+            when the driver is root, must be allowed to write there).
     """
 
     def __init__(
@@ -57,24 +82,45 @@ class CommandAgent:
         *,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        pass_env: Iterable[str] = (),
         answer: Literal["stdout", "json"] = "stdout",
         kill_grace: float = 2.0,
+        jail: bool = True,
+        binds: Iterable[str | os.PathLike[str]] = (),
+        writable: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         self.argv = argv.split() if isinstance(argv, str) else list(argv)
         if not self.argv:
             raise ValueError("CommandAgent needs a command")
-        self.cwd = cwd
+        self.cwd = None if cwd is None else os.path.abspath(cwd)
         self.env = dict(env or {})
+        self.pass_env = frozenset(pass_env)
         self.answer = answer
         self.kill_grace = kill_grace
+        self.jail = jail
+        self.binds = [Path(p).absolute() for p in binds]
+        self.writable = [Path(p).absolute() for p in writable]
 
     def __repr__(self) -> str:
         return f"CommandAgent({self.argv!r})"
 
     def environ(self, run: Run) -> dict[str, str]:
-        """The harness's environment for `run`."""
-        env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
-        env.update(run.model_env)
+        """The harness's environment for `run` (unjailed, `HOME` and `TMPDIR` are added
+        at start)."""
+        return self._environ(run)[0]
+
+    def _environ(self, run: Run) -> tuple[dict[str, str], Routes]:
+        routes = Routes()
+        url = routes.url if self.jail else str
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k in _PASSED or k.startswith(_PASSED_PREFIX) or k in self.pass_env
+        }
+        if self.jail:
+            env.update(HOME=HOME, TMPDIR="/tmp")
+        for key, value in run.model_env.items():
+            env[key] = url(value) if key in _URL_VARS else value
         env["PROCTOR_TASK_ID"] = run.task.id
         env["PROCTOR_TRACE_ID"] = run.trace_id
         caps = {}
@@ -83,37 +129,27 @@ class CommandAgent:
                 routed = run.binding(cap.name)
                 caps[cap.name] = {
                     "protocol": routed.protocol,
-                    "url": routed.url,
+                    "url": url(routed.url),
                     "params": routed.params,
                 }
         env["PROCTOR_CAPABILITIES"] = orjson.dumps(caps).decode()
         env.update(self.env)
-        return env
+        return env, routes
 
     async def __call__(self, run: Run) -> None:
         prompt = run.prompt
         stdin = prompt.encode() if isinstance(prompt, str) else orjson.dumps(prompt)
+        env, routes = self._environ(run)
         t0 = time.time()
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=self.cwd,
-            env=self.environ(run),
-            start_new_session=True,
-        )
-        try:
-            out, err = await proc.communicate(stdin)
-        except BaseException:
-            await self._kill(proc)
-            raise
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running in the background
+        if self.jail:
+            code, out, err = await self._jailed(env, routes, stdin)
+        else:
+            code, out, err = await self._unjailed(env, stdin)
         stderr = err.decode("utf-8", "replace")[-_TAIL:]
-        if proc.returncode != 0:
-            run.trace.add("assistant", None, start=t0, exit_code=proc.returncode, stderr=stderr)
-            raise RolloutError(f"{self.argv[0]} exited with {proc.returncode}: {stderr.strip()}")
+        if code != 0:
+            run.trace.add("assistant", None, start=t0, exit_code=code, stderr=stderr)
+            what = "the harness's jail" if stderr.startswith("bwrap:") else self.argv[0]
+            raise RolloutError(f"{what} exited with {code}: {stderr.strip()}")
         text = out.decode("utf-8", "replace")
         if self.answer == "json":
             try:
@@ -124,6 +160,67 @@ class CommandAgent:
             value = text.strip()
         run.trace.content = value
         run.trace.add("assistant", value, start=t0, exit_code=0, stderr=stderr)
+
+    async def _jailed(
+        self, env: dict[str, str], routes: Routes, stdin: bytes
+    ) -> tuple[int | None, bytes, bytes]:
+        jail = Jail(
+            self.argv,
+            env,
+            cwd=self.cwd or os.getcwd(),
+            binds=self.binds,
+            writable=self.writable,
+            routes=routes,
+        )
+        async with jail:
+            proc = await asyncio.create_subprocess_exec(
+                *jail.command(),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={},
+                pass_fds=jail.fds,
+                start_new_session=True,
+            )
+            jail.started()
+            try:
+                out, err = await proc.communicate(stdin)
+            except BaseException:
+                await self._stop(proc, jail)
+                raise
+        return proc.returncode, out, err  # the jail's pid namespace ended with it
+
+    async def _unjailed(self, env: dict[str, str], stdin: bytes) -> tuple[int | None, bytes, bytes]:
+        home = tempfile.mkdtemp(prefix="proctor-harness-")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.cwd,
+                env={"HOME": home, "TMPDIR": home, **env},
+                start_new_session=True,
+            )
+            try:
+                out, err = await proc.communicate(stdin)
+            except BaseException:
+                await self._kill(proc)
+                raise
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+        return proc.returncode, out, err
+
+    async def _stop(self, proc: asyncio.subprocess.Process, jail: Jail) -> None:
+        """SIGTERM to the harness (its lifeline closes), SIGKILL to the jail after the grace."""
+        jail.hang_up()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), self.kill_grace)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()  # bwrap: --die-with-parent takes the whole jail with it
+        await proc.wait()
 
     async def _kill(self, proc: asyncio.subprocess.Process) -> None:
         """Stop the harness and everything it started (its own process group)."""
