@@ -11,7 +11,7 @@ import pytest
 from conftest import Dial, Serve
 from http_helpers import TIMEOUT
 
-from proctor._http import Abort, Request, Response
+from proctor._http import Abort, HttpLimits, Request, Response
 
 
 async def echo(request: Request) -> Response:
@@ -75,7 +75,7 @@ async def test_pipelined_requests_are_answered_in_order(serve: Serve, dial: Dial
 
 
 async def test_a_flood_of_pipelined_requests_is_served(serve: Serve, dial: Dial) -> None:
-    server = await serve(echo, max_head=1024)
+    server = await serve(echo, limits=HttpLimits(max_head=1024))
     raw = await dial(server)
     await raw.send(b"GET / HTTP/1.1\r\nX-Pad: " + b"p" * 500 + b"\r\n\r\n" * 1)
     many = b"".join(f"GET /{n} HTTP/1.1\r\n\r\n".encode() for n in range(1, 400))
@@ -153,7 +153,7 @@ async def test_malformed_requests_get_400_and_close(
 
 
 async def test_oversize_head_is_431(serve: Serve, dial: Dial) -> None:
-    server = await serve(echo, max_head=1024)
+    server = await serve(echo, limits=HttpLimits(max_head=1024))
     raw = await dial(server)
     await raw.send(b"GET / HTTP/1.1\r\nX-Big: " + b"x" * 2000)
     assert (await raw.response())[0] == 431
@@ -161,14 +161,14 @@ async def test_oversize_head_is_431(serve: Serve, dial: Dial) -> None:
 
 
 async def test_oversize_complete_head_is_431(serve: Serve, dial: Dial) -> None:
-    server = await serve(echo, max_head=1024)
+    server = await serve(echo, limits=HttpLimits(max_head=1024))
     raw = await dial(server)
     await raw.send(b"GET / HTTP/1.1\r\nX-Big: " + b"x" * 2000 + b"\r\n\r\n")
     assert (await raw.response())[0] == 431
 
 
 async def test_body_over_max_body_is_413_before_reading_it(serve: Serve, dial: Dial) -> None:
-    server = await serve(echo, max_body=100)
+    server = await serve(echo, limits=HttpLimits(max_body=100))
     raw = await dial(server)
     await raw.send(b"POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n")
     assert (await raw.response())[0] == 413
@@ -176,7 +176,7 @@ async def test_body_over_max_body_is_413_before_reading_it(serve: Serve, dial: D
 
 
 async def test_chunked_body_over_max_body_is_413(serve: Serve, dial: Dial) -> None:
-    server = await serve(echo, max_body=100)
+    server = await serve(echo, limits=HttpLimits(max_body=100))
     raw = await dial(server)
     await raw.send(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
     await raw.send(b"40\r\n" + b"a" * 64 + b"\r\n" + b"40\r\n" + b"a" * 64 + b"\r\n")
@@ -184,7 +184,7 @@ async def test_chunked_body_over_max_body_is_413(serve: Serve, dial: Dial) -> No
 
 
 async def test_refused_client_still_reads_the_error_while_sending(serve: Serve, dial: Dial) -> None:
-    server = await serve(echo, max_body=1000)
+    server = await serve(echo, limits=HttpLimits(max_body=1000))
     raw = await dial(server)
     await raw.send(b"POST / HTTP/1.1\r\nContent-Length: 10000000\r\n\r\n")
     raw.writer.write(b"x" * 200_000)  # keeps sending as a naive client would
@@ -202,7 +202,7 @@ async def test_expect_100_continue(serve: Serve, dial: Dial) -> None:
 
 
 async def test_expect_100_continue_refused_when_too_big(serve: Serve, dial: Dial) -> None:
-    server = await serve(echo, max_body=3)
+    server = await serve(echo, limits=HttpLimits(max_body=3))
     raw = await dial(server)
     await raw.send(b"POST / HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
     assert (await raw.head())[0] == 413

@@ -6,7 +6,8 @@ build on it. Built on asyncio protocols (uvloop works too) for speed.
 
 from ._client import ClientResponse, HttpClient
 from ._headers import Headers
-from ._server import Abort, Handler, HttpServer, Request, Response
+from ._limits import HttpLimits
+from ._server import Abort, Handler, HttpServer, Request, Response, Screen
 from ._sse import SSEEvent, SSEParser, format_sse
 
 __all__ = [
@@ -15,10 +16,12 @@ __all__ = [
     "Handler",
     "Headers",
     "HttpClient",
+    "HttpLimits",
     "HttpServer",
     "Request",
     "Response",
     "SSEEvent",
     "SSEParser",
+    "Screen",
     "format_sse",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import orjson
 
 from .._reads import BufferedReads
 from ._headers import Headers, HeaderSource, as_pairs
+from ._limits import HttpLimits
 from ._parse import (
     ChunkedDecoder,
     LengthReader,
@@ -35,7 +37,7 @@ from ._parse import (
 if TYPE_CHECKING:
     from ssl import SSLContext
 
-__all__ = ["Abort", "Handler", "HttpServer", "Request", "Response"]
+__all__ = ["Abort", "Handler", "HttpServer", "Request", "Response", "Screen"]
 
 log = logging.getLogger("proctor.http")
 
@@ -134,7 +136,21 @@ def _status_line(status: int) -> str:
 
 
 def _error(status: int, message: str) -> Response:
-    return Response.json({"error": {"code": status, "message": message}}, status)
+    """The server's own error. 408 and 503 invite a retry (the request was not handled);
+    any other is final, and says so to SDKs that honour `x-should-retry`."""
+    if status == 503:
+        headers = [("retry-after", "1")]
+    else:
+        headers = [] if status == 408 else [("x-should-retry", "false")]
+    return Response.json({"error": {"code": status, "message": message}}, status, headers)
+
+
+Screen = Callable[[Request], Response | None]
+"""Called with a request whose head has arrived and whose body has not (`body` is
+empty): None lets it through; a response (with a bytes body) is sent instead, and the
+body is never read."""
+
+_IDLE, _HEAD, _BODY, _BUSY = range(4)  # what a connection waits for
 
 
 class HttpServer:
@@ -142,15 +158,18 @@ class HttpServer:
 
     Keep-alive, pipelining, HTTP/1.0, Content-Length and chunked request bodies and
     `Expect: 100-continue` are handled here. A malformed head gets 400, a head over
-    `max_head` bytes 431 and a body over `max_body` bytes 413, each closing the
-    connection. A handler exception becomes a logged 500 with a JSON error body.
+    `limits.max_head` bytes 431 and a body over `limits.max_body` bytes 413, each
+    closing the connection; connections, buffered bytes and read deadlines are bounded
+    by `limits` (see `HttpLimits`). A handler exception becomes a logged 500 with a
+    JSON error body.
 
     Args:
         handler: the coroutine function that answers each request.
         host: the address to bind.
         port: the port to bind; 0 picks a free one (see `port` after `start`).
-        max_body: the largest request body accepted, in bytes.
-        max_head: the largest request head accepted, in bytes.
+        limits: the bounds; `HttpLimits()` by default.
+        screen: checks each request from its head, before its body is read (to refuse
+            an unauthenticated request without buffering its body); see `Screen`.
         ssl: serve HTTPS with this context.
     """
 
@@ -160,18 +179,27 @@ class HttpServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        max_body: int = 64 * 1024 * 1024,
-        max_head: int = 64 * 1024,
+        limits: HttpLimits | None = None,
+        screen: Screen | None = None,
         ssl: SSLContext | None = None,
     ) -> None:
         self.handler = handler
+        self.screen = screen
         self.ssl = ssl
         self.host = host
-        self.max_body = max_body
-        self.max_head = max_head
+        self.limits = limits = limits or HttpLimits()
+        self.max_body = limits.max_body
+        self.max_head = limits.max_head
+        self.buffered = 0  # request bytes held over all connections
         self._port = port
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._active = 0  # connections counted against the cap (not refused ones)
+        self._cap = limits.max_connections
+        # Connections with no request in hand (idle, or reading a head), longest first:
+        # the ones closed to make room at the cap.
+        self._quiet: dict[_Connection, None] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self._all_gone: asyncio.Future[None] | None = None
         self.closing = False
 
@@ -186,13 +214,20 @@ class HttpServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.ssl else 'http'}://{host}:{self._port}"
 
+    @property
+    def connections(self) -> int:
+        """Connections open and counted against `limits.max_connections`."""
+        return self._active
+
     async def start(self) -> None:
         """Bind and start accepting connections."""
         loop = asyncio.get_running_loop()
+        self._cap = self.limits.connection_cap()
         self._server = await loop.create_server(
             lambda: _Connection(self), self.host, self._port, backlog=4096, ssl=self.ssl
         )
         self._port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
 
     async def aclose(self, grace: float = 5.0) -> None:
         """Stop accepting, close idle connections, let in-flight requests finish.
@@ -204,6 +239,8 @@ class HttpServer:
         if server is None:
             return
         self.closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         server.close()
         tasks = [t for conn in list(self._connections) if (t := conn.shutdown()) is not None]
         if tasks:
@@ -218,6 +255,27 @@ class HttpServer:
         for conn in list(self._connections):
             conn.abort()
         await server.wait_closed()
+
+    def _admit(self, conn: _Connection) -> bool:
+        """Count a new connection against the cap, closing the longest-quiet one to make
+        room; False when every connection is busy with a request."""
+        if self._active >= self._cap:
+            if not self._quiet:
+                return False
+            next(iter(self._quiet)).evict()
+        self._active += 1
+        self._quiet[conn] = None
+        return True
+
+    def _sweep(self) -> None:
+        """Expire connections past their deadline; runs every `sweep_interval`."""
+        now = asyncio.get_running_loop().time()
+        for conn in [c for c in self._connections if c.deadline <= now]:
+            conn.expire()
+        if not self.closing:
+            self._sweeper = asyncio.get_running_loop().call_later(
+                self.limits.sweep_interval, self._sweep
+            )
 
     def _forget(self, conn: _Connection) -> None:
         self._connections.discard(conn)
@@ -243,6 +301,7 @@ class _Connection(BufferedReads):
     def __init__(self, server: HttpServer) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
         self._client: tuple[str, int] | None = None
         self._buf = b""
         self._head: RequestHead | None = None
@@ -252,15 +311,27 @@ class _Connection(BufferedReads):
         self._task: asyncio.Task[None] | None = None
         self._lost = False
         self._refused = False  # an error response went out; input is drained, not parsed
+        self._counted = False  # against the server's connection cap
         self._read_paused = False
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
         self._linger: asyncio.TimerHandle | None = None
+        self._reserved = 0  # body bytes of the request in hand (a Content-Length in full)
+        self._held = 0  # this connection's share of `server.buffered`
+        self._waiting = _IDLE
+        self.deadline = math.inf  # loop time by which the awaited bytes must be in
 
     # -- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        server = self._server
+        server._connections.add(self)
+        if not server._admit(self):
+            self._refuse(503, "too many connections; retry later")
+            return
+        self._counted = True
+        self._wait_for(_IDLE)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):  # not TCP (a Unix socket): nothing to tune
@@ -268,11 +339,15 @@ class _Connection(BufferedReads):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self._client = (peer[0], peer[1])
-        self._server._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        self._uncount()
         self._server._forget(self)
+        self._buf = b""
+        self._parts = []
+        self._reserved = 0
+        self._account()
         if self._task is not None:
             self._task.cancel()
         if self._linger is not None:
@@ -284,14 +359,19 @@ class _Connection(BufferedReads):
             return
         if self._reader is not None:
             self._feed_body(data)
-            return
-        self._buf = self._buf + data if self._buf else data
-        if self._task is None:
+        elif self._task is None:
+            if not self._buf:
+                self._wait_for(_HEAD)
+            self._buf = self._buf + data if self._buf else data
             self._next_request()
-        elif len(self._buf) > self._server.max_head and not self._read_paused:
-            # A client pipelining faster than we answer: stop reading until we catch up.
-            self._read_paused = True
-            self._transport_().pause_reading()
+        else:
+            self._buf = self._buf + data if self._buf else data
+            if len(self._buf) > self._server.max_head and not self._read_paused:
+                # A client pipelining faster than we answer: stop reading until we catch up.
+                self._read_paused = True
+                self._transport_().pause_reading()
+        if not self._refused:
+            self._account()
 
     def eof_received(self) -> bool | None:
         return None  # a half-close counts as a disconnect: close, cancelling the handler
@@ -302,6 +382,57 @@ class _Connection(BufferedReads):
     def resume_writing(self) -> None:
         self._write_paused = False
         self._wake()
+
+    # -- limits ------------------------------------------------------------------
+
+    def _wait_for(self, what: int) -> None:
+        """Enter a waiting state; its deadline starts now."""
+        self._waiting = what
+        limits = self._server.limits
+        if what == _BUSY:
+            self.deadline = math.inf
+        else:
+            timeout = (limits.idle_timeout, limits.head_timeout, limits.body_timeout)[what]
+            self.deadline = self._loop.time() + timeout
+
+    def expire(self) -> None:
+        """The deadline passed: close an idle connection quietly; 408 a slow request."""
+        self.deadline = math.inf
+        if self._refused or self._lost:
+            return
+        if self._waiting == _IDLE:
+            self.evict()
+        elif self._waiting == _HEAD:
+            self._refuse(408, "the request head took too long")
+        elif self._waiting == _BODY:
+            self._refuse(408, "the request body took too long")
+
+    def evict(self) -> None:
+        """Close a connection that has no request in hand (to make room, or idle)."""
+        self._uncount()
+        self._transport_().abort()
+
+    def _uncount(self) -> None:
+        server = self._server
+        server._quiet.pop(self, None)
+        if self._counted:
+            self._counted = False
+            server._active -= 1
+
+    def _account(self) -> bool:
+        """Bring `server.buffered` up to date; refuse with 503 (True) past its cap."""
+        held = len(self._buf) + self._reserved
+        delta = held - self._held
+        if not delta:
+            return False
+        server = self._server
+        server.buffered += delta
+        self._held = held
+        if delta > 0 and server.buffered > server.limits.max_buffered and self._task is None:
+            # (while a response is going out, reading is paused past `max_head` instead)
+            self._refuse(503, "the server holds too many request bytes; retry later")
+            return True
+        return False
 
     # -- reading ---------------------------------------------------------------
 
@@ -327,17 +458,45 @@ class _Connection(BufferedReads):
             return
         rest = buf[end + 4 :]
         self._buf = b""
-        if head.length is not None and head.length > self._server.max_body:
+        server = self._server
+        server._quiet.pop(self, None)
+        if server.screen is not None:
+            request = Request(head.method, head.target, head.headers, b"", self._client)
+            refusal = server.screen(request)
+            if refusal is not None:
+                self._screened(refusal, head, rest)
+                return
+        if head.length is not None and head.length > server.max_body:
             self._refuse(413, "request body too large")
+            return
+        self._reserved = head.length or 0
+        if self._account():
             return
         self._head = head
         self._parts = []
         self._size = 0
         self._reader = ChunkedDecoder() if head.chunked else LengthReader(head.length or 0)
+        self._wait_for(_BODY)
         self._feed_body(rest)
         expect = head.headers.get("expect")
         if self._reader is not None and expect and expect.lower() == "100-continue":
             self._transport_().write(_CONTINUE)
+
+    def _screened(self, response: Response, head: RequestHead, rest: bytes) -> None:
+        """Send the screen's refusal. The body is never read: the connection closes after
+        the reply, unless the request had no body and nothing follows it (a client that
+        pipelines refused requests, or does not read its refusals, is not kept)."""
+        body = cast(bytes, response.body)
+        if head.chunked or head.length or rest:
+            self._refuse_with(response, body, head)
+            return
+        if self._write_whole(response, body, not head.keep_alive, head) and not (
+            self._write_paused or self._server.closing
+        ):
+            self._server._quiet[self] = None
+            self._wait_for(_IDLE)
+        else:
+            self._transport_().close()
 
     def _feed_body(self, data: bytes) -> None:
         reader = self._reader
@@ -353,6 +512,10 @@ class _Connection(BufferedReads):
                 self._refuse(413, "request body too large")
                 return
             self._parts.extend(parts)
+            if self._size > self._reserved:  # chunked: held as it comes
+                self._reserved = self._size
+                if self._account():
+                    return
         if reader.done:
             self._reader = None
             self._buf = reader.tail
@@ -362,25 +525,35 @@ class _Connection(BufferedReads):
         head = self._head
         assert head is not None
         parts = self._parts
+        self._parts = []
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         request = Request(head.method, head.target, head.headers, body, self._client)
-        self._task = asyncio.get_running_loop().create_task(self._respond(request, head))
+        self._wait_for(_BUSY)
+        self._task = self._loop.create_task(self._respond(request, head))
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer an error, then drain input for a while so the client reads it."""
+        error = _error(status, message)
+        self._refuse_with(error, cast(bytes, error.body), None)
+
+    def _refuse_with(self, response: Response, body: bytes, head: RequestHead | None) -> None:
+        """Send `response` and close, draining (never buffering) input meanwhile."""
         self._refused = True
+        self._uncount()
+        self.deadline = math.inf
         self._reader = None
         self._buf = b""
+        self._parts = []
+        self._reserved = 0
+        self._account()
         transport = self._transport_()
-        error = _error(status, message)
-        body = cast(bytes, error.body)
-        transport.write(_head(status, error.headers, True, len(body), False, None) + body)
+        fields, _, _ = _split_framing(response.headers, True)
+        transport.write(_head(response.status, fields, True, len(body), False, head) + body)
         if self._read_paused:
             transport.resume_reading()
         if transport.can_write_eof():
             transport.write_eof()
-            loop = asyncio.get_running_loop()
-            self._linger = loop.call_later(_LINGER, transport.close)
+            self._linger = self._loop.call_later(_LINGER, transport.close)
         else:
             transport.close()
 
@@ -400,14 +573,28 @@ class _Connection(BufferedReads):
             return
         finally:
             self._task = None
+        self._reserved = 0  # the request's body is let go
         if not keep_alive or self._server.closing:
+            self._account()
             self._transport_().close()
             return
         if self._read_paused:
             self._read_paused = False
             self._transport_().resume_reading()
+        self._next()
+
+    def _next(self) -> None:
+        """Between requests: wait for the next one, or parse a pipelined one."""
+        if self._refused or self._lost:
+            return
+        self._server._quiet[self] = None
         if self._buf:
+            self._wait_for(_HEAD)
             self._next_request()
+        else:
+            self._wait_for(_IDLE)
+        if not self._refused:
+            self._account()
 
     async def _answer(self, request: Request, head: RequestHead) -> bool:
         """Run the handler and write its response; whether the connection stays open."""

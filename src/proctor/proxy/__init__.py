@@ -10,7 +10,8 @@ Each rollout gets a secret; its harness sees `OPENAI_BASE_URL` / `OPENAI_API_KEY
 on the rollout's trace; budgets in `Limits` are enforced per rollout.
 """
 
+from .._http import HttpLimits
 from ._proxy import InterceptionProxy, Upstream
 from ._session import Limits, ProxySession
 
-__all__ = ["InterceptionProxy", "Limits", "ProxySession", "Upstream"]
+__all__ = ["HttpLimits", "InterceptionProxy", "Limits", "ProxySession", "Upstream"]

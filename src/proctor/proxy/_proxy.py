@@ -27,6 +27,7 @@ from .._http import (
     Abort,
     ClientResponse,
     HttpClient,
+    HttpLimits,
     HttpServer,
     Request,
     Response,
@@ -134,6 +135,8 @@ class InterceptionProxy:
         retry: the retry policy for forwarding (default `RetryPolicy()`).
         clock: time source for backoff waits (tests pass a fake one).
         host, port: where to listen (default 127.0.0.1, a free port).
+        http_limits: bounds on connections, buffered request bytes and read deadlines
+            (default `HttpLimits()`; see docs/proxy.md).
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class InterceptionProxy:
         clock: Clock | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         self.upstreams: dict[str, Upstream] = {}
         for target in upstreams:
@@ -154,7 +158,9 @@ class InterceptionProxy:
         self.limits = limits or Limits()
         self.retry = retry or RetryPolicy()
         self.clock = clock
-        self._server = HttpServer(self._handle, host=host, port=port)
+        self._server = HttpServer(
+            self._handle, host=host, port=port, limits=http_limits, screen=self._screen
+        )
         self._client = HttpClient()
         self._sessions: dict[str, ProxySession] = {}
         self._ended: dict[str, None] = {}  # secrets of ended sessions, oldest first
@@ -222,23 +228,41 @@ class InterceptionProxy:
 
     # -- request handling -------------------------------------------------------------
 
-    async def _handle(self, req: Request) -> Response:
+    def _screen(self, req: Request) -> Response | None:
+        """The refusal a request gets from its head alone, else None.
+
+        The server calls it before reading the body, so an unknown secret costs the
+        proxy no more than its head; `_handle` calls it again, since the rollout may
+        have ended while the body came in.
+        """
         path = req.path
         api = _APIS.get(path)
         if api is None:
-            if path == "/v1/models" and req.method == "GET":
-                return await self._models(req)
-            return _error("chat", 404, f"no route for {req.method} {path}", "not_found")
-        if req.method != "POST":
+            if path != "/v1/models" or req.method != "GET":
+                return _error("chat", 404, f"no route for {req.method} {path}", "not_found")
+            api = "chat"
+        elif req.method != "POST":
             return _error(api, 405, f"{path} takes POST", "method_not_allowed")
-        session = self._session_of(req)
+        secret = self._secret_of(req)
+        session = self._sessions.get(secret)
         if session is None or session.closed:
-            if self._secret_of(req) in self._ended:
+            if secret in self._ended:
                 return _error(api, 409, "this rollout has ended", "rollout_ended")
             return _error(api, 401, "unknown or missing API key", "invalid_api_key")
-        upstream = self.upstreams.get("anthropic" if api == "messages" else "openai")
-        if upstream is None:
+        if path != "/v1/models" and _kind(api) not in self.upstreams:
             return _error(api, 404, f"this proxy has no upstream for {path}", "not_found")
+        return None
+
+    async def _handle(self, req: Request) -> Response:
+        refusal = self._screen(req)
+        if refusal is not None:
+            return refusal
+        api = _APIS.get(req.path)
+        if api is None:
+            return await self._models()
+        session = self._sessions[self._secret_of(req)]
+        upstream = self.upstreams[_kind(api)]
+        path = req.path
         try:
             body = orjson.loads(req.body)
         except orjson.JSONDecodeError as exc:
@@ -272,9 +296,6 @@ class InterceptionProxy:
             state.begin()
         return await _Turn(self, session, upstream, api, path, body, req, state).forward()
 
-    def _session_of(self, req: Request) -> ProxySession | None:
-        return self._sessions.get(self._secret_of(req))
-
     @staticmethod
     def _secret_of(req: Request) -> str:
         auth = req.headers.get("authorization")
@@ -282,10 +303,7 @@ class InterceptionProxy:
             return auth[7:].strip()
         return req.headers.get("x-api-key") or ""
 
-    async def _models(self, req: Request) -> Response:
-        session = self._session_of(req)
-        if session is None:
-            return _error("chat", 401, "unknown or missing API key", "invalid_api_key")
+    async def _models(self) -> Response:
         upstream = self.upstreams.get("openai")
         if upstream is None:
             return Response.json({"object": "list", "data": []})
@@ -545,6 +563,11 @@ class _Turn:
         """No answer to keep: a retry with the same key forwards anew (the same turn)."""
         if self.state is not None:
             self.state.settle(None)
+
+
+def _kind(api: str) -> str:
+    """The kind of upstream that serves an API."""
+    return "anthropic" if api == "messages" else "openai"
 
 
 def _usage_only(event: SSEEvent) -> bool:
