@@ -1,0 +1,150 @@
+"""`CommandAgent`'s jail: an allowlisted environment, another uid, its own namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from proctor import Environment, rollout
+from proctor.agents import CommandAgent
+from proctor.proxy import InterceptionProxy, Upstream
+from proctor.testing import FakeModelServer
+
+HERE = Path(__file__).parent
+JAIL_UID = 65534
+HOME_DIR = os.path.expanduser("~")
+
+# Fake secrets in the driver's environment; each holds a marker the scan looks for.
+SECRETS = {
+    "OPENAI_API_KEY": "sk-proj-FAKE01openai",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/FAKE02aws",
+    "HF_TOKEN": "hf_FAKE03huggingface",
+    "MY_SERVICE_PW": "FAKE04servicepw",
+    "DATABASE_URL": "postgres://app:FAKE05dbpassword@db.internal:5432/app",
+    "MYSQL_PWD": "FAKE06mysql",
+    "SENTRY_DSN": "https://FAKE07sentry@o1.ingest.sentry.io/1",
+    "GH_PAT": "ghp_FAKE08github",
+    "REDIS_URL": "redis://:FAKE09redis@cache:6379/0",
+    "PASSPHRASE": "FAKE10passphrase",
+    "SSH_PRIVATE": "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE11ssh\n-----END",
+    "BUILD_FLAVOR": "sk-ant-api03-FAKE12innocent",  # an innocent name holding a key
+}
+MARKERS = [f"FAKE{i:02d}" for i in range(1, 13)]
+
+env = Environment("jail-env")
+
+
+@env.template
+async def say(word: str):  # type: ignore[no-untyped-def]
+    answer = yield f"say {word}"
+    yield 1.0 if word in str(answer) else 0.0
+
+
+async def test_harness_finds_none_of_the_drivers_secrets(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HERE / "jail_driver.py"),
+        str(out),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **SECRETS},  # the child driver's, not this process's
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, stderr.decode()
+    outcome = json.loads(stdout)
+    # The harness still works: a model turn through the proxy, an answer that is graded.
+    assert outcome["error"] is None, outcome["error"]
+    assert outcome["turns"] == 1 and outcome["reward"] == 1.0
+    assert outcome["upstream_keys"] == ["Bearer " + SECRETS["OPENAI_API_KEY"]]
+    dump = out / "seen.json"
+    seen = json.loads(dump.read_text())
+    text = dump.read_text() + json.dumps(outcome["answer"])
+    assert [m for m in MARKERS if m in text] == []
+    assert seen["env"]["OPENAI_API_KEY"].startswith("sk-proctor-")
+    # It looked: its own environment and /proc entries were readable.
+    assert any(p["environ"] and "sk-proctor-" in p["environ"] for p in seen["procs"].values())
+    # Another uid on the host (files it makes are nobody's when the driver is root).
+    assert dump.stat().st_uid == (JAIL_UID if os.geteuid() == 0 else os.geteuid())
+    assert seen["uid"] == JAIL_UID
+    # Its own pid namespace: a handful of processes, none of them the driver.
+    assert len(seen["procs"]) <= 4
+    assert not any("jail_driver" in (p["cmdline"] or "") for p in seen["procs"].values())
+    assert seen["driver"] is None or "FAKE" not in seen["driver"]
+    # Capabilities reach it through the jail: a TCP one and a Unix-socket one.
+    assert seen["capabilities"]["echo"] == "echo:ping\n"
+    shell = seen["capabilities"]["shell"]
+    assert shell["exit_code"] == 0 and shell["stdout"] == "shell-says-hi\n"
+
+
+def test_environment_is_an_allowlist_extended_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proctor import Task
+    from proctor.engine import Run
+
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MY_SETTING", "on")
+    run = Run(Task(env="jail-env", id="t"))
+    passed = CommandAgent(["true"]).environ(run)
+    assert not set(SECRETS) & set(passed) and "MY_SETTING" not in passed
+    assert {"PATH", "HOME", "TMPDIR", "PROCTOR_TASK_ID", "PROCTOR_CAPABILITIES"} <= set(passed)
+    extended = CommandAgent(["true"], pass_env=["MY_SETTING"], env={"X": "1"}).environ(run)
+    assert extended["MY_SETTING"] == "on" and extended["X"] == "1"
+
+
+async def test_without_bwrap_the_run_fails_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap there
+    run = await rollout(say(word="x"), CommandAgent([sys.executable, "-c", "print('x')"]))
+    assert run.error is not None and run.error.phase == "agent"
+    assert "apt-get install bubblewrap" in run.error.message
+    assert "jail=False" in run.error.message
+    unjailed = CommandAgent([sys.executable, "-c", "print('x')"], jail=False)
+    assert (await rollout(say(word="x"), unjailed)).reward == 1.0
+
+
+async def test_the_home_folder_is_never_the_harness_working_directory() -> None:
+    agent = CommandAgent(["true"], cwd=HOME_DIR)
+    run = await rollout(say(word="x"), agent)
+    assert run.error is not None and "home folder" in run.error.message
+
+
+def marked(marker: str) -> list[int]:
+    """Host pids whose command line holds `marker`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(pid))
+    return found
+
+
+async def test_a_stopped_rollout_leaves_nothing_of_the_jail_running() -> None:
+    marker = f"{os.getpid() % 1000 + 7000}.5"  # sleep seconds nobody else uses
+    script = f"sleep {marker} & sleep {marker}"
+    async with FakeModelServer() as fake, InterceptionProxy(Upstream(fake.url)) as proxy:
+        run = await rollout(
+            say(word="x"), CommandAgent(["sh", "-c", script]), proxy=proxy, timeout=1
+        )
+    assert run.error is not None
+    for _ in range(100):  # the jail's pid namespace ends within moments
+        if not marked(f"sleep\0{marker}"):
+            break
+        await asyncio.sleep(0.05)
+    assert marked(f"sleep\0{marker}") == []
