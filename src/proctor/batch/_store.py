@@ -112,8 +112,8 @@ def _index_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         error = fields["error"] if isinstance(fields["error"], Mapping) else {}
         out["error_phase"] = error.get("phase")
         out["error_type"] = error.get("type")
-    usage = fields.get("usage")
-    if isinstance(usage, Mapping):
+    if "usage" in fields:
+        usage = fields["usage"] if isinstance(fields["usage"], Mapping) else {}
         out["input_tokens"] = usage.get("input_tokens")
         out["output_tokens"] = usage.get("output_tokens")
     return out
@@ -122,6 +122,7 @@ def _index_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 _PLAIN_COLUMNS = frozenset(
     {"status", "phase", "attempt", "reward", "cost", "started_at", "ended_at"}
 )
+_RESET = {"reward": None, "error": None, "usage": None, "cost": None, "ended_at": None}
 _EVENT_COLUMNS = frozenset(_index.COLUMNS) - {"id"}
 
 
@@ -348,8 +349,10 @@ class BatchStore:
         if rec.record.get("attempt") == attempt:
             rec.update(**fields)
             return rec
-        if rec.record:
-            rec.archive()
+        if rec.record or attempt > 1:
+            if rec.record:
+                rec.archive()
+            fields = {**_RESET, **fields}  # the index row must not keep the old outcome
         fields.setdefault("phase", "provisioning")
         fields.setdefault("started_at", time.time())
         rec.record = {

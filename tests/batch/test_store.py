@@ -1,0 +1,519 @@
+"""The batch store: atomic, append-only, resumable, durable per mode, readable while written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+import proctor.batch as batch
+from proctor.batch import (
+    Assignment,
+    BatchStore,
+    JsonlReader,
+    StoreError,
+    _files,
+    count_rollouts,
+    list_rollouts,
+    read_events,
+    read_rollout,
+    read_state,
+)
+
+TRIVIAL_TRACE = {
+    "steps": [{"kind": "user", "content": "Say hi"}, {"kind": "assistant", "content": "hi"}]
+}
+
+
+def _assignments(n: int, model: str = "m") -> list[Assignment]:
+    return [Assignment(f"t{i:04d}.a.r0", f"t{i:04d}", "scripted", model, 0) for i in range(n)]
+
+
+def _trivial(store: BatchStore, a: Assignment, reward: float = 1.0) -> None:
+    rec = store.begin(a)
+    rec.finish(
+        "completed", phase="done", reward=reward, result={"reward": reward}, trace=TRIVIAL_TRACE
+    )
+
+
+def _files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _run_child(code: str, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+# -- creating and reopening ------------------------------------------------------------
+
+
+def test_creating_over_an_existing_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    with pytest.raises(StoreError, match="already exists"):
+        BatchStore.create(tmp_path / "out", {})
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_reopening_something_that_is_not_a_batch_output_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"no batch\.json"):
+        BatchStore.open(tmp_path)
+    with BatchStore.create(tmp_path / "out", {}):
+        pass
+    doc = orjson.loads((tmp_path / "out" / "batch.json").read_bytes())
+    (tmp_path / "out" / "batch.json").write_bytes(orjson.dumps({**doc, "layout_version": 99}))
+    with pytest.raises(StoreError, match="layout_version 99"):
+        BatchStore.open(tmp_path / "out")
+
+
+def test_a_new_batch_writes_its_config_once_with_the_layout_version(tmp_path: Path) -> None:
+    with BatchStore.create(tmp_path / "out", {"config": {"max_concurrency": 4}}) as store:
+        assert store.batch["layout_version"] == batch.LAYOUT_VERSION
+    doc = batch.read_batch(tmp_path / "out")
+    assert doc["config"] == {"max_concurrency": 4}
+    assert doc["layout_version"] == batch.LAYOUT_VERSION
+    assert _files_under(tmp_path / "out") == [
+        "batch-state.json",
+        "batch.json",
+        "events.jsonl",
+        "index.sqlite",
+        "rollouts",
+    ]
+
+
+# -- what a rollout leaves on disk ---------------------------------------------------------
+
+
+def test_a_trivial_rollout_is_one_record_file_and_no_folder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with BatchStore.create(out, {}) as store:
+        [a] = _assignments(1)
+        store.add_assignments([a])
+        _trivial(store, a, reward=0.5)
+    assert _files_under(out / "rollouts") == [f"{a.id}.json"]
+    record = orjson.loads((out / "rollouts" / f"{a.id}.json").read_bytes())
+    assert record["status"] == "completed"
+    assert record["reward"] == 0.5
+    assert record["trace"] == TRIVIAL_TRACE
+    assert record["attempt"] == 1
+    assert record["ended_at"] >= record["started_at"]
+
+
+def test_a_rollouts_folder_holds_only_the_files_it_used(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    [a] = _assignments(1)
+    with BatchStore.create(out, {}) as store:
+        rec = store.begin(a)
+        rec.append_turn({"usage": {"input_tokens": 10, "output_tokens": 2}, "cost": 0.01})
+        rec.append_turn({"usage": {"input_tokens": 12, "output_tokens": 3}, "cost": 0.02})
+        rec.save_checkpoint({"messages": ["hi"]})
+        digest = rec.add_artifact("answer.txt", b"42\n")
+        rec.log("server started\n")
+        rec.finish(
+            "completed", reward=1.0, usage={"input_tokens": 22, "output_tokens": 5}, cost=0.03
+        )
+    assert _files_under(out / "rollouts" / a.id) == [
+        "artifacts",
+        "artifacts/SHA256SUMS",
+        "artifacts/answer.txt",
+        "checkpoint.json",
+        "log.txt",
+        "model_turns.jsonl",
+    ]
+    assert digest == hashlib.sha256(b"42\n").hexdigest()
+    got = read_rollout(out, a.id)
+    assert len(got["model_turns"]) == 2
+    assert got["checkpoint"] == {"messages": ["hi"]}
+    assert got["artifacts"] == {"answer.txt": digest}
+    assert got["log"] == "server started\n"
+    assert got["evaluation"] is None and got["trace"] == [] and got["attempts"] == []
+    assert got["index"]["input_tokens"] == 22 and got["index"]["cost"] == 0.03
+
+
+def test_artifact_names_and_rollout_ids_cannot_leave_their_folder(tmp_path: Path) -> None:
+    with BatchStore.create(tmp_path / "out", {}) as store:
+        with pytest.raises(ValueError):
+            store.begin(Assignment("../escape", "t"))
+        rec = store.begin(Assignment("ok", "t"))
+        for name in ("../x", "a/b", "..", "SHA256SUMS"):
+            with pytest.raises(ValueError):
+                rec.add_artifact(name, b"")
+        rec.finish("completed")
+    with pytest.raises(ValueError):
+        read_rollout(tmp_path / "out", "../../etc")
+
+
+def test_a_retry_moves_the_earlier_attempt_aside_whole(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    [a] = _assignments(1)
+    with BatchStore.create(out, {}) as store:
+        rec = store.begin(a)
+        rec.log("first try\n")
+        rec.finish("failed", phase="agent", error={"phase": "agent", "type": "X", "message": "m"})
+        _trivial(store, a)  # same attempt: continues the record
+        retry = store.begin(a, attempt=2)
+        retry.finish("completed", reward=1.0)
+    got = read_rollout(out, a.id)
+    assert got["record"]["attempt"] == 2 and got["record"]["status"] == "completed"
+    assert got["attempts"] == [1]
+    old = out / "rollouts" / a.id / "attempts" / "1"
+    assert orjson.loads((old / "rollout.json").read_bytes())["attempt"] == 1
+    assert (old / "log.txt").read_text() == "first try\n"
+    assert got["index"]["attempt"] == 2 and got["index"]["error_phase"] is None
+
+
+def test_redact_sees_every_payload_before_it_is_written(tmp_path: Path) -> None:
+    secret = b"sk-FAKE-0123456789"
+    out = tmp_path / "out"
+    with BatchStore.create(
+        out, {"env": secret.decode()}, redact=lambda data: data.replace(secret, b"[redacted]")
+    ) as store:
+        rec = store.begin(Assignment("r", "t"))
+        rec.append_turn({"request": {"key": secret.decode()}})
+        rec.log(f"key={secret.decode()}\n")
+        rec.save_checkpoint({"k": secret.decode()})
+        store.event("note", text=secret.decode())
+        rec.finish("completed", prompt=secret.decode())
+    for file in out.rglob("*"):
+        if file.is_file():
+            assert secret not in file.read_bytes(), file
+
+
+# -- JSONL: append-only, torn tails --------------------------------------------------------------
+
+
+def test_a_torn_last_line_is_not_read_and_is_reported(tmp_path: Path) -> None:
+    file = tmp_path / "x.jsonl"
+    file.write_bytes(b'{"a":1}\n\n[1,2]\n{"a":2}\n{"a":3, "b": "hal')
+    reader = JsonlReader(file)
+    assert list(reader) == [{"a": 1}, {"a": 2}]
+    assert reader.torn == len(b'{"a":3, "b": "hal')
+    assert reader.corrupt == 1
+    assert reader.end == len(b'{"a":1}\n\n[1,2]\n{"a":2}\n')
+    with file.open("ab") as f:
+        f.write(b'f"}\n{"a":4}\n')
+    tail = JsonlReader(file, reader.end)
+    assert list(tail) == [{"a": 3, "b": "half"}, {"a": 4}]
+    assert tail.torn == 0
+
+
+def test_reopening_cuts_a_torn_event_line_so_the_next_event_is_whole(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with BatchStore.create(out, {}) as store:
+        store.event("one")
+    with (out / "events.jsonl").open("ab") as f:
+        f.write(b'{"t":1,"type":"tw')
+    with BatchStore.open(out) as store:
+        store.event("two")
+    reader = read_events(out)
+    types = [e["type"] for e in reader]
+    assert types == ["one", "recovered", "two"]
+    assert reader.torn == 0 and reader.corrupt == 0
+
+
+def test_a_resumed_rollout_cuts_a_torn_stream_line_before_appending(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    [a] = _assignments(1)
+    with BatchStore.create(out, {}) as store:
+        rec = store.begin(a)
+        rec.append_turn({"n": 1})
+        rec.update(phase="agent")
+    with (out / "rollouts" / a.id / "model_turns.jsonl").open("ab") as f:
+        f.write(b'{"n": 2, "us')
+    assert read_rollout(out, a.id)["torn"] == {"model_turns.jsonl": len(b'{"n": 2, "us')}
+    with BatchStore.open(out) as store:
+        rec = store.begin(a)
+        assert rec.record["phase"] == "agent"
+        rec.append_turn({"n": 2})
+        rec.finish("completed")
+    got = read_rollout(out, a.id)
+    assert got["model_turns"] == [{"n": 1}, {"n": 2}] and got["torn"] == {}
+
+
+# -- kill -9 and resume --------------------------------------------------------------------------
+
+_WRITER = """
+import sys
+from proctor.batch import Assignment, BatchStore
+store = BatchStore.create(sys.argv[1], {}, window=0.05)
+store.add_assignments([Assignment(f"r{i}", "t") for i in range(20000)])
+print("ready", flush=True)
+i = 0
+while True:
+    a = Assignment(f"r{i}", "t")
+    rec = store.begin(a)
+    rec.update(phase="agent", blob="x" * (i % 5000))
+    rec.append_turn({"i": i, "pad": "y" * (i % 3000)})
+    rec.finish("completed", reward=float(i))
+    print(i, flush=True)
+    i += 1
+"""
+
+
+def _acked(proc: subprocess.Popen[bytes]) -> int:
+    assert proc.stdout is not None
+    lines = proc.stdout.read().split()
+    return int(lines[-1]) if lines and lines[-1] != b"ready" else -1
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_kill_9_of_the_writer_loses_nothing_it_was_handed(tmp_path: Path, trial: int) -> None:
+    out = tmp_path / "out"
+    proc = _run_child(_WRITER, out)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"ready", proc.stderr.read() if proc.stderr else ""
+        time.sleep(random.Random(trial).uniform(0.05, 0.6))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        last = _acked(proc)
+    finally:
+        _kill(proc)
+    assert last >= 0
+    with BatchStore.open(out) as store:
+        done = list_rollouts(store.path, status="completed", limit=None)
+    # Every acknowledged rollout is complete in the index, its record and its stream;
+    # at most the one in flight at the kill is also there.
+    assert last + 1 <= len(done) <= last + 2
+    assert [r["reward"] for r in done] == [float(i) for i in range(len(done))]
+    for i in range(len(done)):
+        got = read_rollout(out, f"r{i}")
+        assert got["record"]["status"] == "completed" and got["record"]["reward"] == float(i)
+        assert got["model_turns"] == [{"i": i, "pad": "y" * (i % 3000)}]
+    # The record of the rollout in flight, if any, is whole (old content or new).
+    for name in os.listdir(out / "rollouts"):
+        if name.endswith(".json"):
+            orjson.loads((out / "rollouts" / name).read_bytes())
+
+
+def test_reopen_corrects_the_index_from_a_record_whose_event_never_came(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    [a, b] = _assignments(2)
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments([a, b])
+        rec = store.begin(a)
+        rec.update(phase="agent")
+    # As if killed between replacing the record and appending its event:
+    record = orjson.loads((out / "rollouts" / f"{a.id}.json").read_bytes())
+    record.update(status="completed", reward=1.0, phase="done")
+    (out / "rollouts" / f"{a.id}.json").write_bytes(orjson.dumps(record))
+    with BatchStore.open(out):
+        pass
+    rows = {r["id"]: r for r in list_rollouts(out)}
+    assert rows[a.id]["status"] == "completed" and rows[a.id]["reward"] == 1.0
+    assert rows[b.id]["status"] == "queued"
+
+
+def test_reopen_rebuilds_a_lost_index_from_the_events(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments(_assignments(30))
+        for a in _assignments(30)[:20]:
+            _trivial(store, a)
+    before = list_rollouts(out, limit=None)
+    for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
+        (out / name).unlink(missing_ok=True)
+    with BatchStore.open(out):
+        pass
+    assert list_rollouts(out, limit=None) == before
+    assert count_rollouts(out) == {"completed": 20, "queued": 10}
+
+
+# -- durability modes ----------------------------------------------------------------------------
+
+
+class _SyncCounter:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.fsyncs = 0
+        self.syncfs = 0
+        real_fsync = os.fsync
+        real_syncfs = _files.sync_filesystem
+
+        def fsync(fd: int) -> None:
+            self.fsyncs += 1
+            real_fsync(fd)
+
+        def syncfs(fd: int) -> None:
+            self.syncfs += 1
+            real_syncfs(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(_files, "sync_filesystem", syncfs)
+
+
+def test_strict_fsyncs_every_state_change_before_returning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BatchStore.create(tmp_path / "out", {}, durability="strict", window=60)
+    try:
+        counter = _SyncCounter(monkeypatch)
+        rec = store.begin(Assignment("r", "t"))
+        assert counter.fsyncs == 1  # the event (the record waits for the next update)
+        rec.update(phase="agent")
+        assert counter.fsyncs == 1 + 3  # record temp, its folder, the event
+        rec.append_turn({"n": 1})
+        assert counter.fsyncs == 4 + 3  # rollouts/ (new folder), the new file, its folder
+        rec.append_turn({"n": 2})
+        assert counter.fsyncs == 7 + 1
+        rec.finish("completed", reward=1.0)
+        assert counter.fsyncs == 8 + 3
+        assert counter.syncfs == 0
+    finally:
+        store.close()
+
+
+def test_default_groups_syncs_into_one_per_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BatchStore.create(tmp_path / "out", {}, window=0.1)
+    try:
+        counter = _SyncCounter(monkeypatch)
+        for a in _assignments(200):
+            _trivial(store, a)
+        assert counter.fsyncs == 0
+        time.sleep(0.5)  # the writes' window, and the first snapshot's
+        settled = counter.syncfs
+        assert settled >= 1
+        time.sleep(0.35)
+        assert counter.syncfs == settled  # nothing new written: no sync
+        assert counter.fsyncs == 0
+    finally:
+        store.close()
+    assert count_rollouts(tmp_path / "out") == {"completed": 200}
+
+
+def test_a_failed_background_flush_surfaces_on_the_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BatchStore.create(tmp_path / "out", {}, window=0.02)
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(_files, "sync_filesystem", broken)
+    store.event("x")
+    deadline = time.monotonic() + 5
+    while store._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(StoreError, match="Input/output error"):
+        store.event("y")
+    with pytest.raises(StoreError):
+        store.close()
+
+
+# -- the index and its readers --------------------------------------------------------------------
+
+
+def test_the_index_filters_sorts_and_pages(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments(
+            _assignments(10, "m1") + [Assignment(f"x{i}", "tx", "a", "m2", i) for i in range(5)]
+        )
+        for i, a in enumerate(_assignments(10, "m1")):
+            rec = store.begin(a)
+            if i % 3 == 0:
+                rec.finish(
+                    "failed", phase="grading", error={"phase": "grading", "type": "TaskError"}
+                )
+            else:
+                rec.finish("completed", reward=i / 10, cost=0.001 * i)
+    assert count_rollouts(out) == {"completed": 6, "failed": 4, "queued": 5}
+    assert count_rollouts(out, by="model") == {"m1": 10, "m2": 5}
+    top = list_rollouts(out, status="completed", order_by="reward", descending=True, limit=2)
+    assert [r["id"] for r in top] == ["t0008.a.r0", "t0007.a.r0"]
+    page2 = list_rollouts(
+        out, status="completed", order_by="reward", descending=True, limit=2, offset=2
+    )
+    assert [r["id"] for r in page2] == ["t0005.a.r0", "t0004.a.r0"]
+    failed = list_rollouts(out, error_phase="grading")
+    assert [r["id"] for r in failed] == ["t0000.a.r0", "t0003.a.r0", "t0006.a.r0", "t0009.a.r0"]
+    assert all(r["error_type"] == "TaskError" and r["reward"] is None for r in failed)
+    assert [r["repeat"] for r in list_rollouts(out, model="m2")] == [0, 1, 2, 3, 4]
+    assert len(list_rollouts(out, status=["queued", "failed"], limit=None)) == 9
+    with pytest.raises(ValueError):
+        list_rollouts(out, order_by="id; DROP TABLE rollouts")
+
+
+def test_the_snapshot_lists_every_assignment_with_its_status(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments(_assignments(5))
+        for a in _assignments(5)[:3]:
+            _trivial(store, a)
+    state = read_state(out)
+    assert state is not None
+    assert state["counts"] == {"completed": 3, "queued": 2}
+    assert [(r["id"], r["status"]) for r in state["rollouts"]] == [
+        (a.id, "completed" if i < 3 else "queued") for i, a in enumerate(_assignments(5))
+    ]
+
+
+def test_a_reader_queries_the_index_while_the_writer_commits(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    store = BatchStore.create(out, {}, window=0.01)
+    errors: list[BaseException] = []
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                seen.append(count_rollouts(out).get("completed", 0))
+                list_rollouts(
+                    out, status="completed", order_by="ended_at", descending=True, limit=20
+                )
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    try:
+        store.add_assignments(_assignments(1500))
+        reader.start()
+        for a in _assignments(1500):
+            _trivial(store, a)
+        store.flush()
+        time.sleep(0.05)
+    finally:
+        stop.set()
+        if reader.is_alive():
+            reader.join()
+        store.close()
+    assert errors == []
+    assert seen == sorted(seen) and len(seen) > 3
+    assert seen[-1] > 0 and count_rollouts(out) == {"completed": 1500}
+
+
+def test_events_can_be_tailed_from_where_the_last_read_ended(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with BatchStore.create(out, {}) as store:
+        store.event("started", n=1)
+        first = read_events(out)
+        assert [e["type"] for e in first] == ["started"]
+        store.event("cost_cap", spent=1.5)
+        later = read_events(out, first.end)
+        assert [(e["type"], e.get("spent")) for e in later] == [("cost_cap", 1.5)]
+
+
+def test_every_export_resolves() -> None:
+    for name in batch.__all__:
+        assert getattr(batch, name) is not None
