@@ -21,6 +21,14 @@ def read(path: str) -> str | None:
         return None if exc.errno == 2 else f"<{type(exc).__name__}>"
 
 
+def writable(folder: str) -> bool:
+    try:
+        with open(os.path.join(folder, "probe"), "w"):
+            return True
+    except OSError:
+        return False
+
+
 def talk(url: str, data: bytes) -> str:
     """Send `data` to a capability (tcp://host:port or unix:///path); the first line back."""
     if url.startswith("unix://"):
@@ -41,6 +49,9 @@ seen = {
     "procs": {p: {f: read(f"/proc/{p}/{f}") for f in ("environ", "cmdline")} for p in pids},
     "driver": read(f"/proc/{os.environ.get('DRIVER_PID', '0')}/environ"),
     "capabilities": {},
+    "writable": {
+        d: writable(d) for d in ("/", "/run/proctor", "/usr", os.getcwd(), os.environ["HOME"])
+    },
 }
 for name, cap in json.loads(os.environ["PROCTOR_CAPABILITIES"]).items():
     if cap["protocol"] == "shell":

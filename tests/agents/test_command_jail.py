@@ -83,6 +83,9 @@ async def test_harness_finds_none_of_the_drivers_secrets(tmp_path: Path) -> None
     assert len(seen["procs"]) <= 4
     assert not any("jail_driver" in (p["cmdline"] or "") for p in seen["procs"].values())
     assert seen["driver"] is None or "FAKE" not in seen["driver"]
+    # It writes only to its own HOME (and `writable`): not the forwarding sockets' folder.
+    home = seen["env"]["HOME"]
+    assert [d for d, ok in seen["writable"].items() if ok] == [home]
     # Capabilities reach it through the jail: a TCP one and a Unix-socket one.
     assert seen["capabilities"]["echo"] == "echo:ping\n"
     shell = seen["capabilities"]["shell"]

@@ -130,7 +130,8 @@ class Jail:
         self.cwd = cwd
         self.routes = routes
         self.as_root = os.geteuid() == 0
-        self.mounts = _mounts(self.argv, cwd, env.get("PATH", os.defpath), binds, writable)
+        path = env.get("PATH", os.defpath)
+        self.mounts = _mounts(self.argv, cwd, path, binds, writable, self.as_root)
         self.base: str | None = None
         self.fds: list[int] = []
         self.lifeline = -1
@@ -141,9 +142,7 @@ class Jail:
         try:
             self.base = tempfile.mkdtemp(prefix="proctor-jail-")  # 0700: the host's way in
             sockets = os.path.join(self.base, "s")
-            os.mkdir(sockets, 0o700)
-            if self.as_root:
-                os.chown(sockets, JAIL_UID, JAIL_UID)
+            os.mkdir(sockets, 0o711)  # bound read-only: the jail connects, never writes
             for fwd in self.routes.forwards.values():
                 await self._serve(fwd, os.path.join(sockets, fwd.name))
             self.fds = [_memfd("code", _init_source()), _memfd("setup", self._setup())]
@@ -200,7 +199,7 @@ class Jail:
         made = {"/", "/tmp", "/dev", "/proc", *SYSTEM}  # and so what is under a bind
         binds = list(SYSTEM)
         mounts = [("--perms", "0700", "--tmpfs", HOME), *self.mounts]
-        mounts.append(("--bind", os.path.join(self.base, "s"), SOCKETS))
+        mounts.append(("--ro-bind", os.path.join(self.base, "s"), SOCKETS))
         for *option, dest in mounts:
             argv += _parents(dest, made, binds)
             argv += [*option, dest]
@@ -262,12 +261,18 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 def _mounts(
-    argv: list[str], cwd: str, path: str, binds: Iterable[Path], writable: Iterable[Path]
+    argv: list[str],
+    cwd: str,
+    path: str,
+    binds: Iterable[Path],
+    writable: Iterable[Path],
+    as_root: bool,
 ) -> list[tuple[str, str, str]]:
     """(bwrap option, source, destination) for every bind, parents first.
 
     Raises:
-        RolloutError: the working directory is the driver's home folder or above it.
+        RolloutError: the working directory is the driver's home folder or above it, or
+            (as root) closed to the jail user.
     """
     if cwd != "/" and _holds_home(cwd):
         raise RolloutError(
@@ -275,6 +280,13 @@ def _mounts(
             f"{_home()}, which the jail would show it; pass CommandAgent(cwd=...) a project "
             "folder"
         )
+    if as_root and os.path.isdir(cwd):
+        info = os.stat(cwd)
+        if info.st_uid != JAIL_UID and info.st_mode & 0o005 != 0o005:
+            raise RolloutError(
+                f"the harness's working directory {cwd} is closed to the jail user (uid "
+                f"{JAIL_UID}); allow others in (chmod o+rx) or pass another cwd"
+            )
     rw = {os.path.abspath(p) for p in writable}
     ro = {os.path.abspath(p) for p in binds}
     ro |= _python_prefixes()
