@@ -41,7 +41,7 @@ class HttpLimits:
 
     max_connections: int = 4096
     max_buffered: int = 1024 * 1024 * 1024
-    max_head: int = 64 * 1024
+    max_head: int = 16 * 1024
     max_body: int = 64 * 1024 * 1024
     head_timeout: float = 30.0
     body_timeout: float = 120.0

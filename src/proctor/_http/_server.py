@@ -408,9 +408,13 @@ class _Connection(BufferedReads):
             self._refuse(408, "the request body took too long")
 
     def evict(self) -> None:
-        """Close a connection that has no request in hand (to make room, or idle)."""
+        """Close a connection that has no request in hand (to make room, or idle): a
+        clean close between requests, a reset mid-head."""
         self._uncount()
-        self._transport_().abort()
+        if self._buf:
+            self._transport_().abort()
+        else:
+            self._transport_().close()
 
     def _uncount(self) -> None:
         server = self._server
