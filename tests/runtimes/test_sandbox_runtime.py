@@ -29,7 +29,7 @@ from proctor import RuntimeLaunchError, Task
 from proctor.agents import agent_from_fn
 from proctor.engine import Run, Timeouts, rollout
 from proctor.env import ShellClient
-from proctor.runtimes._sandbox import SANDBOX_UID, SandboxRuntime
+from proctor.runtimes._sandbox import HOST_UIDS, SANDBOX_UID, SandboxRuntime
 from proctor.testing import check_runtime, conformance_env
 
 pytestmark = pytest.mark.skipif(
@@ -93,8 +93,7 @@ def outbox(tmp_path: Path) -> Path:
     """A folder the sandbox may write to (for evidence of shutdown hooks)."""
     folder = tmp_path / "out"
     folder.mkdir()
-    if os.geteuid() == 0:
-        os.chown(folder, SANDBOX_UID, SANDBOX_UID)
+    folder.chmod(0o777)  # the sandbox's host uid is the runtime's own
     return folder
 
 
@@ -179,8 +178,9 @@ async def test_the_sandbox_confines_files_users_network_and_environment(
     assert (report["uid"], report["gid"], report["groups"]) == (SANDBOX_UID, SANDBOX_UID, [])
     assert report["cap_eff"] == report["cap_bnd"] == "0000000000000000"
     assert report["no_new_privs"] == "1"
-    assert seen_uids and all(uid == (SANDBOX_UID if os.geteuid() == 0 else os.getuid())
-                             for uid in seen_uids)  # fmt: skip
+    assert seen_uids and all(uid == runtime.host_uid for uid in seen_uids)
+    if os.geteuid() == 0:  # a uid of its own: no account, not nobody
+        assert runtime.host_uid in HOST_UIDS
     # Writable: the work directory and the private temporaries; nothing else.
     assert report["cwd"] == report["home"] == "/sandbox"
     writes = report["write"]
@@ -225,8 +225,10 @@ async def test_rollouts_do_not_see_each_others_files_or_processes(warm: bool) ->
     a, b = json.loads(first_run.prompt), json.loads(second.prompt)
     assert a["pidns"] != b["pidns"]
     # A fresh /tmp, not the first's: only the mount points of host paths bound under it
-    # (the source and the venv, when the project itself lives below /tmp).
-    assert "f" not in b["tmp"] and set(b["tmp"]) <= _bound_under_tmp()
+    # (the source and the venv, when the project itself lives below /tmp), and the
+    # folder of its own shell's socket.
+    own = {name for name in b["tmp"] if name.startswith("proctor-shell-")}
+    assert "f" not in b["tmp"] and set(b["tmp"]) - own <= _bound_under_tmp()
     assert b["write"]["tmp"] == "ok"
     assert len(b["pids"]) < 5  # the server and whatever it runs, nobody else's
 

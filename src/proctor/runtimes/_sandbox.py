@@ -8,13 +8,17 @@ working directory), a tmpfs `/tmp` and `/dev/shm`; a fresh `/proc` and `/dev`; a
 environment (`--clearenv`, then `PATH`, `HOME`, `TMPDIR`, `LANG` and the runtime's `env`);
 and uid/gid 65534 inside. Nothing else of the host's files is visible.
 
-A non-root uid on the host, too: when proctor runs as root, bwrap itself runs as uid
-65534 (nobody), so that the sandbox cannot read root's files through what is bound (a
-root-run bwrap maps even `--uid 65534` to host root), and so that the process limit
-holds (the kernel exempts root from it). Paths nobody cannot traverse (the Python under
-`/root`, a source folder under a private directory) are first bound, by root, into a
-private mount namespace held by a small helper process, and bwrap (entered into it with
-`nsenter`) binds them from there. Run as another user, bwrap runs as that user.
+A non-root uid on the host, too: when proctor runs as root, bwrap itself runs as a uid
+of the runtime's own (`host_uid`, drawn from `HOST_UIDS`: no account, no other process),
+so that the sandbox cannot read root's files through what is bound (a root-run bwrap
+maps even `--uid 65534` to host root), so that the process limit holds (the kernel
+exempts root from it), and so that no other process on the host owns the sandbox's
+user namespace: one that did (any daemon running as nobody, say) could ptrace the
+sandbox or open its files and sockets through /proc/PID/root. Paths that uid cannot
+traverse (the Python under `/root`, a source folder under a private directory) are
+first bound, by root, into a private mount namespace held by a small helper process,
+and bwrap (entered into it with `nsenter`) binds them from there. Run as another user,
+bwrap runs as that user.
 
 Network: `network="none"` gives the sandbox its own network namespace with only `lo`; the
 control channel then listens on a Unix socket bound into the sandbox from a host folder,
@@ -104,7 +108,10 @@ log = logging.getLogger("proctor.runtimes.sandbox")
 
 Network = Literal["none", "host"]
 
-SANDBOX_UID = 65534  # nobody, inside the sandbox and (when proctor runs as root) outside
+SANDBOX_UID = 65534  # nobody, inside the sandbox
+# When proctor runs as root, each runtime's sandboxes run on the host as a uid of their
+# own from this range: no account and, by systemd's conventions, no other process has it.
+HOST_UIDS = range(0x70000000, 0x7FFE0000)
 WORKDIR = "/sandbox"
 CONTROL_DIR = "/run/proctor"  # where Unix sockets live, inside the sandbox
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -141,8 +148,8 @@ class SandboxRuntime(Provider):
         env: environment variables set inside the sandbox (nothing else is inherited).
         binds: more host paths bound read-only, at the same path.
         writable: host folders bound read-write, at the same path (shared by every
-            rollout; the sandbox user, nobody when proctor runs as root, must be allowed
-            to write there).
+            rollout; the sandbox user, `host_uid` when proctor runs as root, must be
+            allowed to write there: make them writable by others, or chown them).
         limits: resource limits over `DEFAULT_LIMITS` (`memory` 2G, `processes` 256,
             `file_size` 1G, `tmpfs` 512M each, `cpu_time` and `wall_time` unset; see
             the module doc); a task's `runtime_config["limits"]` overrides them key by
@@ -184,6 +191,8 @@ class SandboxRuntime(Provider):
         if not found:
             raise ValueError(f"python interpreter {python!r} not found")
         self.python = found
+        self.host_uid = _host_uid()
+        """The sandboxes' uid (and gid) on the host."""
         self.env = dict(env or {})
         self.binds = [Path(p).absolute() for p in binds]
         self.writable = [Path(p).absolute() for p in writable]
@@ -495,7 +504,7 @@ class _Host:
         """Decide the binds; as root, make their staging points and return SRC DEST pairs."""
         self.base.chmod(0o711)  # the sandbox user passes through to its sockets, no more
         if self.as_root:
-            _readable_by_nobody(self.runtime.source)
+            _readable_by_others(self.runtime.source)
         for path in writable:
             if not path.is_dir():
                 raise RuntimeLaunchError(f"writable bind {path}: not a folder")
@@ -520,8 +529,8 @@ class _Host:
     async def _stage(self, pairs: list[str]) -> None:
         """Bind SRC onto DEST pairs in a private mount namespace held by a helper process.
 
-        bwrap, run as nobody, enters that namespace (`nsenter`) and binds from there what
-        nobody could not reach on the host (the Python under /root, a private folder).
+        bwrap, run as `host_uid`, enters that namespace (`nsenter`) and binds from there
+        what it could not reach on the host (the Python under /root, a private folder).
         """
         helper = _Proc(self.runtime, "mount helper")
         self.helper = helper
@@ -547,7 +556,7 @@ class _Host:
         path = self.base / f"ctl-{secrets.token_hex(6)}"
         path.mkdir(mode=0o700)
         if self.as_root:
-            os.chown(path, SANDBOX_UID, SANDBOX_UID)
+            os.chown(path, self.runtime.host_uid, self.runtime.host_uid)
         return path
 
     def argv(
@@ -568,7 +577,7 @@ class _Host:
         argv: list[str] = []
         if self.as_root:
             assert self.helper is not None and self.helper.pid is not None
-            uid = str(SANDBOX_UID)
+            uid = str(runtime.host_uid)
             mnt = f"--mount=/proc/{self.helper.pid}/ns/mnt"
             argv += [self.nsenter, mnt, "--setuid", uid, "--setgid", uid, "--"]
         argv += [runtime.bwrap, "--unshare-all", "--unshare-user"]
@@ -660,7 +669,14 @@ def _bind_sources(paths: Iterable[Path]) -> list[tuple[str, str]]:
     return kept
 
 
-def _readable_by_nobody(source: Path) -> None:
+def _host_uid() -> int:
+    """A fresh uid from `HOST_UIDS` when running as root, else this process's own."""
+    if os.geteuid() != 0:
+        return os.getuid()
+    return HOST_UIDS.start + secrets.randbelow(len(HOST_UIDS))
+
+
+def _readable_by_others(source: Path) -> None:
     """Refuse a source the sandbox user could not read (a private folder, say).
 
     Raises:
@@ -669,9 +685,9 @@ def _readable_by_nobody(source: Path) -> None:
     folder = source if source.is_dir() else source.parent
     for path, need in ((folder, 0o005), *([] if source.is_dir() else [(source, 0o004)])):
         info = path.stat()
-        if info.st_uid != SANDBOX_UID and info.st_mode & need != need:
+        if info.st_mode & need != need:
             raise RuntimeLaunchError(
-                f"{path}: not readable by the sandbox user (uid {SANDBOX_UID}); "
+                f"{path}: not readable by the sandbox user (a uid of its own on the host); "
                 f"allow others to read it (chmod o+r{'x' if need & 1 else ''})"
             )
 
