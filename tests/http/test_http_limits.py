@@ -170,3 +170,14 @@ def test_limits_are_validated() -> None:
         HttpLimits(body_timeout=0)
     with pytest.raises(ValueError):
         HttpLimits(max_buffered=10, max_body=100)
+
+
+async def test_a_screen_that_raises_is_a_logged_500(serve: Serve, dial: Dial) -> None:
+    def screen(request: Request) -> Response | None:
+        raise RuntimeError("boom")
+
+    server = await serve(echo, screen=screen)
+    raw = await dial(server)
+    await raw.send(post("/", 5) + b"hello")
+    status, headers, _ = await raw.response()
+    assert status == 500 and headers["x-should-retry"] == "false" and await raw.at_eof()

@@ -466,7 +466,11 @@ class _Connection(BufferedReads):
         server._quiet.pop(self, None)
         if server.screen is not None:
             request = Request(head.method, head.target, head.headers, b"", self._client)
-            refusal = server.screen(request)
+            try:
+                refusal = server.screen(request)
+            except Exception as exc:
+                log.exception("the screen failed on %s %s", head.method, head.target)
+                refusal = _error(500, f"{type(exc).__name__}: {exc}")
             if refusal is not None:
                 self._screened(refusal, head, rest)
                 return
