@@ -64,7 +64,7 @@ def test_a_toml_config_loads_with_every_section(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "b.toml", TOML))
     assert cfg.name == "smoke"
     assert isinstance(cfg.runtime, SandboxRuntimeConfig)
-    assert cfg.runtime.limits.memory == "512M"
+    assert cfg.runtime.limits == {"memory": "512M", "processes": 64}
     assert cfg.limits.max_turns == 10
     assert cfg.launch_retries == 1 and cfg.durability == "default"
     assert cfg.agent_names() == ["openai/gpt-4.1-mini", "harness-vllm/Qwen3-8B"]
@@ -100,9 +100,8 @@ def test_an_unknown_toml_key_is_named_with_its_line(tmp_path: Path) -> None:
 
 def test_an_unknown_key_in_a_toml_inline_table_points_at_its_line(tmp_path: Path) -> None:
     text = TOML.replace("processes = 64", "procs = 64")
-    assert problems(write(tmp_path, "b.toml", text)) == [
-        (23, "runtime.limits.procs", "Extra inputs are not permitted")
-    ]
+    [(line, path, message)] = problems(write(tmp_path, "b.toml", text))
+    assert (line, path) == (23, "runtime.limits") and "unknown limit 'procs'" in message
 
 
 def test_an_unknown_top_level_toml_key_is_named(tmp_path: Path) -> None:

@@ -249,15 +249,6 @@ class SubprocessRuntimeConfig(_Launch):
     _env = field_validator("env")(_no_secret_names)
 
 
-class SandboxLimits(_Model):
-    """Per-sandbox limits (see `SandboxRuntime`); a task's `runtime_config` overrides."""
-
-    memory: int | str | None = None
-    processes: PositiveInt | None = None
-    cpu_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    wall_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-
-
 class SandboxRuntimeConfig(_Launch):
     """A bubblewrap sandbox per rollout (`SandboxRuntime`)."""
 
@@ -268,9 +259,19 @@ class SandboxRuntimeConfig(_Launch):
     env: dict[str, str] = Field(default_factory=dict)
     binds: list[str] = Field(default_factory=list)
     writable: list[str] = Field(default_factory=list)
-    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    limits: dict[str, Any] = Field(default_factory=dict)
+    """Over `SandboxRuntime`'s defaults: `memory`, `processes`, `file_size`, `tmpfs`,
+    `cpu_time`, `wall_time` (None lifts one); a task's `runtime_config` overrides."""
 
     _env = field_validator("env")(_no_secret_names)
+
+    @field_validator("limits")
+    @classmethod
+    def _limits(cls, limits: dict[str, Any]) -> dict[str, Any]:
+        from ..runtimes._sandbox import _Limits
+
+        _Limits.parse(limits, "limits")  # the runtime's own rules, so they never drift
+        return limits
 
 
 class ContainerRuntimeConfig(_Launch):

@@ -1,0 +1,224 @@
+"""Plan checks 3, 6 and 7: credentials by name, live model catalogs, pricing and cost.
+
+Only variable names are ever reported, never their values. The catalog check reads
+`GET /v1/models` (paged for Anthropic) and nothing else: it spends no tokens, and a
+refusal is reported by its status alone, since providers quote part of the key in
+their error bodies.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from ._config import BatchConfig, LimitsConfig
+
+__all__ = ["Credential", "catalogs", "credentials", "projected_cost", "unpriced"]
+
+CATALOG_TIMEOUT = 15.0
+_MAX_PAGES = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """One variable a batch reads: its name, who needs it, and whether it is set."""
+
+    variable: str
+    needed_by: str
+    required: bool
+    present: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variable": self.variable,
+            "needed_by": self.needed_by,
+            "required": self.required,
+            "present": self.present,
+        }
+
+
+def _spec(model: str) -> Any:
+    from ..models import parse_model
+
+    return parse_model(model)
+
+
+def _key_required(spec: Any) -> bool:
+    """As `model_client` decides: only a hosted provider at its own URL needs a key."""
+    from ..models._names import PROVIDERS
+
+    known = PROVIDERS.get(spec.provider)
+    return spec.api_key_env is not None and known is not None and known.base_url == spec.base_url
+
+
+def _enabled_models(config: BatchConfig) -> dict[str, list[str]]:
+    """Model string -> the enabled agent entries using it."""
+    models: dict[str, list[str]] = {}
+    for entry, name in zip(config.agents, config.agent_names(), strict=True):
+        if entry.enabled and entry.model is not None:
+            models.setdefault(entry.model, []).append(name)
+    return models
+
+
+def credentials(config: BatchConfig) -> list[Credential]:
+    """Every variable the enabled agents and the runtime read, deduplicated."""
+    found: dict[str, Credential] = {}
+    for model, agents in _enabled_models(config).items():
+        spec = _spec(model)
+        if spec.api_key_env is None:
+            continue
+        required = _key_required(spec)
+        seen = found.get(spec.api_key_env)
+        if seen is None or (required and not seen.required):
+            present = bool(os.environ.get(spec.api_key_env))
+            found[spec.api_key_env] = Credential(
+                spec.api_key_env, ", ".join(agents), required, present
+            )
+    token_env = getattr(config.runtime, "token_env", None)
+    if token_env:
+        found[token_env] = Credential(token_env, "runtime", True, bool(os.environ.get(token_env)))
+    return list(found.values())
+
+
+# -- catalogs ---------------------------------------------------------------------------
+
+
+async def catalogs(config: BatchConfig) -> tuple[list[str], list[dict[str, Any]]]:
+    """Problems, and one record per catalog asked (URL, models wanted, models missing)."""
+    from .._http import HttpClient
+
+    groups: dict[_Where, list[str]] = {}
+    for model in _enabled_models(config):
+        spec = _spec(model)
+        where = _Where(spec.base_url, spec.api, spec.api_key_env, _key_required(spec))
+        groups.setdefault(where, []).append(spec.model)
+    problems: list[str] = []
+    records = []
+    async with HttpClient(connect_timeout=CATALOG_TIMEOUT, read_timeout=CATALOG_TIMEOUT) as http:
+        for where, wanted in groups.items():
+            record = await _catalog(http, where, sorted(set(wanted)))
+            records.append(record)
+            if record.get("error"):
+                problems.append(f"{record['url']}: {record['error']}")
+            for model in record.get("missing", ()):
+                problems.append(f"model {model!r} is not in the catalog at {record['url']}")
+    return problems, records
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    base_url: str
+    api: str
+    key_env: str | None
+    required: bool
+
+
+async def _catalog(http: Any, where: _Where, wanted: list[str]) -> dict[str, Any]:
+    api = where.api
+    url = f"{where.base_url}/v1/models" if api == "messages" else f"{where.base_url}/models"
+    record: dict[str, Any] = {"url": url, "wanted": wanted}
+    key = os.environ.get(where.key_env) if where.key_env else None
+    if not key and where.required:
+        record["error"] = f"not asked: {where.key_env} is not set"
+        return record
+    try:
+        listed = await _list_models(http, url, api, key or None)
+    except _CatalogError as exc:
+        record["error"] = str(exc)
+        return record
+    record["missing"] = [m for m in wanted if m not in listed]
+    record["listed"] = len(listed)
+    return record
+
+
+class _CatalogError(Exception):
+    pass
+
+
+async def _list_models(http: Any, url: str, api: str, key: str | None) -> set[str]:
+    from .._errors import HttpError
+    from ..models._names import ANTHROPIC_VERSION
+
+    if api == "messages":
+        headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
+    else:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+    ids: set[str] = set()
+    after: str | None = None
+    for _ in range(_MAX_PAGES):
+        page = url + (
+            "?limit=1000" + (f"&after_id={quote(after)}" if after else "")
+            if api == "messages"
+            else ""
+        )
+        try:
+            response = await http.request("GET", page, headers=headers)
+            body = await response.read()
+        except (HttpError, ValueError, OSError) as exc:
+            raise _CatalogError(f"cannot reach it: {type(exc).__name__}") from None
+        if response.status != 200:
+            raise _CatalogError(f"GET answered HTTP {response.status}")
+        data = _json(body)
+        ids.update(str(m["id"]) for m in data.get("data", ()) if isinstance(m, dict) and "id" in m)
+        if not data.get("has_more") or not data.get("last_id"):
+            return ids
+        after = str(data["last_id"])
+    return ids
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    import orjson
+
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise _CatalogError("the answer is not JSON") from None
+    if not isinstance(data, dict):
+        raise _CatalogError("the answer is not a model list")
+    return data
+
+
+# -- pricing ----------------------------------------------------------------------------
+
+
+def unpriced(config: BatchConfig) -> list[str]:
+    """Enabled models the shipped pricing table does not know."""
+    from ..models import price_of
+
+    return [model for model in _enabled_models(config) if price_of(model) is None]
+
+
+def projected_cost(config: BatchConfig, rollouts_by_model: dict[str, int]) -> float | None:
+    """Worst-case USD for these rollouts under `config.limits`; None when unbounded.
+
+    A rollout's bound is the smallest of `max_cost` and what its token budgets cost
+    at the model's dearest input (cache writes included) and output prices, with the
+    long-context multipliers applied. The turn that crosses a budget still completes
+    (`proctor.proxy.Limits`), so the real spend can exceed this by one turn per rollout.
+    """
+    total = 0.0
+    for model, count in rollouts_by_model.items():
+        bound = _rollout_bound(model, config.limits)
+        if bound is None:
+            return None
+        total += bound * count
+    return total
+
+
+def _rollout_bound(model: str, limits: LimitsConfig) -> float | None:
+    from ..models import price_of
+
+    bounds = [limits.max_cost] if limits.max_cost is not None else []
+    price = price_of(model)
+    if price is not None:
+        long = price.long_context_threshold is not None
+        per_in = max(price.input, price.cache_write or 0.0) / 1e6
+        per_in *= price.long_input_multiplier if long else 1.0
+        per_out = price.output / 1e6 * (price.long_output_multiplier if long else 1.0)
+        if limits.max_input_tokens is not None and limits.max_output_tokens is not None:
+            bounds.append(limits.max_input_tokens * per_in + limits.max_output_tokens * per_out)
+        if limits.max_total_tokens is not None:
+            bounds.append(limits.max_total_tokens * max(per_in, per_out))
+    return min(bounds) if bounds else None
