@@ -123,6 +123,12 @@ async def test_a_broken_provider_fails_with_a_clear_message(flaw: str, message: 
             await server.aclose()
 
 
+async def test_a_token_the_server_does_not_enforce_fails(served_url: str) -> None:
+    # The served child has no token: one in the endpoint protects nothing.
+    with pytest.raises(AssertionError, match=r"\[reachable\]: .* answered hello without it"):
+        await check_runtime(Runtime(served_url, token="not-enforced"), TASK, timeout=10)
+
+
 async def test_a_provider_that_raises_fails_as_an_assertion() -> None:
     other = Environment("not-conformance")
     with pytest.raises(AssertionError, match=r"\[reachable\]: RuntimeLaunchError: task wants"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._errors import ChannelError, RemoteError
 from ..channel._client import connect, dialer_for
 from ..engine._rollout import rollout
 from ..engine._timeouts import Timeouts
@@ -58,7 +59,8 @@ async def check_runtime(
     `task` is a row of the conformance environment (`conformance_env.echo(text=...)`,
     with whatever `runtime_config` the provider needs); the checks derive their own
     rows from it. In order: the endpoint comes up and answers connect + hello +
-    tasks.list (in-process endpoints over `tcp_url()` too); a rollout is graded, and
+    tasks.list (in-process endpoints over `tcp_url()` too), and refuses a hello
+    without its token when it has one; a rollout is graded, and
     two overlapping ones; then the substrate is torn down after a graded rollout, an
     agent exception, a start timeout, a rollout timeout, and cancellation of the
     rollout while the agent works and while the substrate comes up.
@@ -162,6 +164,21 @@ class _Checker:
                 targets.append(url)
             for target in targets:
                 await self.hello(target, ep.token)
+            if ep.token is not None and ep.server is None:
+                await self.refuses_strangers(ep.url)
+
+    async def refuses_strangers(self, url: str) -> None:
+        """An endpoint that has a token must refuse a connection without it."""
+        try:
+            async with connect(url, ready_timeout=self.timeout / 2):
+                pass
+        except RemoteError as exc:
+            if "unauthorized" in str(exc):
+                return
+            raise self.fail("reachable", f"{url} refused hello without its token: {exc}") from exc
+        except (ChannelError, OSError):
+            return  # refused at connect
+        raise self.fail("reachable", f"{url} has a token but answered hello without it")
 
     async def hello(self, target: Any, token: str | None = None) -> None:
         async with connect(target, ready_timeout=self.timeout / 2, token=token) as client:
