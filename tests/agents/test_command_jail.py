@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,23 @@ async def test_the_home_folder_is_never_the_harness_working_directory() -> None:
     agent = CommandAgent(["true"], cwd=HOME_DIR)
     run = await rollout(say(word="x"), agent)
     assert run.error is not None and "home folder" in run.error.message
+
+
+async def test_folders_of_a_killed_driver_are_removed_by_the_next_start() -> None:
+    dead = await asyncio.create_subprocess_exec("true")
+    await dead.wait()
+    stale = Path(tempfile.gettempdir(), f"proctor-jail-{dead.pid}-stale")
+    live = Path(tempfile.gettempdir(), f"proctor-jail-{os.getpid()}-live")
+    try:
+        for folder in (stale, live):
+            (folder / "s").mkdir(parents=True)
+        run = await rollout(say(word="x"), CommandAgent(["echo", "x"]))
+        assert run.reward == 1.0
+        left = os.listdir(tempfile.gettempdir())
+        assert stale.name not in left and live.name in left
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
 
 
 def marked(marker: str) -> list[int]:

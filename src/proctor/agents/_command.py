@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 import orjson
 
 from .._errors import RolloutError
-from ._jail import HOME, Jail, Routes
+from ._jail import HOME, Jail, Routes, private_folder
 
 if TYPE_CHECKING:
     from ..engine._run import Run
@@ -191,7 +190,7 @@ class CommandAgent:
         return proc.returncode, out, err  # the jail's pid namespace ended with it
 
     async def _unjailed(self, env: dict[str, str], stdin: bytes) -> tuple[int | None, bytes, bytes]:
-        home = tempfile.mkdtemp(prefix="proctor-harness-")
+        home = private_folder("harness")
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv,

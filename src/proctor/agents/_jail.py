@@ -20,7 +20,8 @@ namespaces are disabled.
 
 Network: the jail has only its own loopback. The driver serves one Unix socket per
 address the harness needs (the proxy session's port, each capability) in a folder bound
-at `/run/proctor` (reachable from the host only through a 0700 folder of the driver);
+read-only at `/run/proctor` (from the host, only the driver can reach it: its 0700
+folder holds it);
 inside, `_jail_init` listens on `127.0.0.1` at the same port and relays to it, so
 `OPENAI_BASE_URL=http://127.0.0.1:PORT/v1` works unchanged, and a Unix-socket capability
 URL is rewritten to its socket under `/run/proctor`. Any other address is unreachable.
@@ -90,21 +91,18 @@ class Routes:
         except ValueError:
             return url
         if path is not None:
-            name = self._add(path, None).name
-            return with_unix_path(url, f"{SOCKETS}/{name}")
+            if path not in self.forwards:
+                name = f"u{len(self.forwards)}.sock"
+                self.forwards[path] = Forward(name, path, None)
+            return with_unix_path(url, f"{SOCKETS}/{self.forwards[path].name}")
         try:
             host, port = host_port(url)
         except ValueError:
             return url
-        if host in _LOOPBACK:
-            self._add(f"{host}:{port}", port)
+        key = f"tcp:{port}"  # one listener per port in the jail, whatever the host's name
+        if host in _LOOPBACK and key not in self.forwards:
+            self.forwards[key] = Forward(f"t{port}.sock", f"{host}:{port}", port)
         return url
-
-    def _add(self, target: str, port: int | None) -> Forward:
-        if target not in self.forwards:
-            name = f"t{port}.sock" if port is not None else f"u{len(self.forwards)}.sock"
-            self.forwards[target] = Forward(name, target, port)
-        return self.forwards[target]
 
 
 class Jail:
@@ -140,7 +138,7 @@ class Jail:
 
     async def __aenter__(self) -> Jail:
         try:
-            self.base = tempfile.mkdtemp(prefix="proctor-jail-")  # 0700: the host's way in
+            self.base = private_folder("jail")  # 0700: the host's way in
             sockets = os.path.join(self.base, "s")
             os.mkdir(sockets, 0o711)  # bound read-only: the jail connects, never writes
             for fwd in self.routes.forwards.values():
@@ -196,8 +194,8 @@ class Jail:
                 argv += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 argv += ["--ro-bind", path, path]
-        made = {"/", "/tmp", "/dev", "/proc", *SYSTEM}  # and so what is under a bind
-        binds = list(SYSTEM)
+        made = {"/", "/tmp", "/dev", "/proc", *SYSTEM}  # folders the jail has
+        binds = list(SYSTEM)  # below these, the host's folders show
         mounts = [("--perms", "0700", "--tmpfs", HOME), *self.mounts]
         mounts.append(("--ro-bind", os.path.join(self.base, "s"), SOCKETS))
         for *option, dest in mounts:
@@ -356,6 +354,32 @@ def _holds_home(path: str) -> bool:
 
 def _under(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def private_folder(kind: str) -> str:
+    """A fresh 0700 temp folder `proctor-<kind>-<pid>-*`; first removes those of this
+    kind that a dead process of this uid left behind (a driver killed with -9)."""
+    prefix = f"proctor-{kind}-"
+    with os.scandir(tempfile.gettempdir()) as entries:
+        for entry in entries:
+            pid = entry.name.removeprefix(prefix).partition("-")[0]
+            if entry.name.startswith(prefix) and pid.isdigit() and _gone(int(pid), entry):
+                shutil.rmtree(entry.path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+
+
+def _gone(pid: int, entry: os.DirEntry[str]) -> bool:
+    try:
+        if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or not entry.is_dir(
+            follow_symlinks=False
+        ):
+            return False
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _memfd(name: str, data: bytes) -> int:
