@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proctor.channel._framing import FrameTooLarge, LineBuffer, ParseError, decode, encode
+from proctor.channel._framing import (
+    MAX_INT_DIGITS,
+    FrameTooLarge,
+    LineBuffer,
+    ParseError,
+    decode,
+    encode,
+)
 
 # A frame is any line without a newline; blank ones are skipped by the reader.
 LINES = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=12)
@@ -112,13 +119,23 @@ def test_encode_decode_round_trip(value: Any) -> None:
     assert json.loads(line) == value  # what any other JSON reader sees
 
 
-@given(st.integers())
-def test_integers_of_any_size_stay_exact(n: int) -> None:
+@given(st.integers(-(10**MAX_INT_DIGITS) + 1, 10**MAX_INT_DIGITS - 1))
+def test_integers_within_the_documented_limit_stay_exact(n: int) -> None:
     assert type(decode(encode(n))) is int and decode(encode(n)) == n
     assert decode(str(n).encode()) == n
     assert decode(encode({"x": [n, 1.5, "12345678901234567890"]})) == {
         "x": [n, 1.5, "12345678901234567890"]
     }
+
+
+@pytest.mark.parametrize("digits", ["2" * 309, "-" + "1" * 401, "9" * 4300, "7" * 5000])
+def test_integers_beyond_the_limit_are_refused_both_ways(digits: str) -> None:
+    """docs/wire.md: integers below 1.8e308 cross exactly; a larger one is not JSON here."""
+    if len(digits) <= 4300:  # the interpreter will not even make bigger ones from text
+        with pytest.raises(TypeError):
+            encode({"id": 1, "result": int(digits)})
+    with pytest.raises(ParseError):
+        decode(f'{{"x":[1,{digits}]}}'.encode())
 
 
 def test_encode_is_compact_utf8() -> None:

@@ -1,16 +1,19 @@
 """Sans-IO framing: compact UTF-8 JSON objects, one per line, at most 16 MiB each.
 
-Integers of up to `MAX_INT_DIGITS` (300) digits cross the wire exactly (a request id of
-2**64 is echoed as sent); a frame with a longer integer literal is not valid here,
-whichever way it travels. orjson reads integers beyond 64 bits as floats, so a frame
-with a run of 19 or more digits is read once more by the stdlib, which keeps them exact;
-both passes are linear in the frame, and the digit limit keeps each integer's conversion
-cheap. Only when such a frame is also nested deeper than the interpreter's recursion
-limit does orjson's float stand.
+Integers below 1.8e308 in magnitude (the range of a double: every integer of up to
+`MAX_INT_DIGITS`, 308, digits) cross the wire exactly (a request id of 2**64 is echoed as
+sent); a frame holding a larger one is not valid here, whichever way it travels. orjson
+reads integers beyond 64 bits as floats and refuses those beyond a double, so a frame
+with a run of 19 or more digits is read once more by the stdlib, which keeps them exact.
+The work per frame is bounded: both passes are linear in the frame (at most two C
+parsers' worth), and no integer literal past the limit reaches the stdlib's quadratic
+conversion. Only when such a frame is also nested deeper than the interpreter's
+recursion limit does orjson's float stand.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -31,8 +34,8 @@ __all__ = [
 MAX_FRAME = 16 * 1024 * 1024
 """Largest frame, in bytes, not counting the terminating newline."""
 
-MAX_INT_DIGITS = 300
-"""Most digits of an integer that crosses the wire (below 10**308, so orjson reads it)."""
+MAX_INT_DIGITS = 308
+"""Every integer of up to this many digits crosses exactly (any below 1.8e308 does)."""
 
 
 class ParseError(ProtocolError):
@@ -83,22 +86,12 @@ def decode(line: bytes) -> Any:
     """
     try:
         value = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:  # also a number of 309 digits and more
+    except orjson.JSONDecodeError as exc:  # also a number beyond a double's range
         raise ParseError(f"parse error: {exc}") from None
     if _LONG_RUN in line.translate(_DIGITS_AS_ZERO):
-        try:
-            value = json.loads(line, parse_int=_bounded_int)
-        except RecursionError:
-            pass
-        except ValueError as exc:
-            raise ParseError(f"parse error: {exc}") from None
+        with contextlib.suppress(RecursionError):
+            value = json.loads(line)
     return value
-
-
-def _bounded_int(text: str) -> int:
-    if len(text) - text.startswith("-") > MAX_INT_DIGITS:
-        raise ValueError(f"integer of more than {MAX_INT_DIGITS} digits")
-    return int(text)
 
 
 class LineBuffer:

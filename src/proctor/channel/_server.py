@@ -322,7 +322,11 @@ class _Connection(Pipe):
     def _handshake_expired(self) -> None:
         self.deadline = None
         timeout = self.server.handshake_timeout
-        self.refuse(error_frame(None, INVALID_REQUEST, f"no first frame within {timeout:g}s"))
+        frame = error_frame(None, INVALID_REQUEST, f"no first frame within {timeout:g}s")
+        if self.held:  # a trickler may still be sending: half-close, or a reset eats the frame
+            self.reject(frame)
+        else:  # silent: close at once, freeing its descriptor
+            self.refuse(frame)
 
     def _handshake_done(self) -> None:
         if self.deadline is not None:
