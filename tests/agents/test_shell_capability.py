@@ -34,8 +34,8 @@ class Conn:
 
     @classmethod
     async def open(cls, url: str) -> Conn:
-        host, port = url.removeprefix("tcp://").split(":")
-        return cls(*await asyncio.open_connection(host, int(port), limit=1 << 26))
+        path = url.removeprefix("unix://")
+        return cls(*await asyncio.open_unix_connection(path, limit=1 << 26))
 
     def send(self, obj: Any) -> None:
         self.writer.write(obj if isinstance(obj, bytes) else orjson.dumps(obj) + b"\n")
@@ -281,7 +281,7 @@ SHELL_ENV = textwrap.dedent(
 
 async def shell_agent(run: Run) -> None:
     cap = run.binding("shell")
-    assert cap.protocol == "shell" and cap.url.startswith("tcp://127.0.0.1:")
+    assert cap.protocol == "shell" and cap.url.startswith("unix:///")
     client = ShellClient(cap.url, cwd=cap.params["cwd"])
     name = run.task.args["name"]
     pids = await asyncio.gather(*(client.run("echo $$") for _ in range(10)))
@@ -320,5 +320,8 @@ async def test_add_shell_declares_the_capability_only_while_running() -> None:
     assert env.capabilities == []
     await env.start()
     assert [(c.name, c.protocol) for c in env.capabilities] == [("sh", "shell")]
+    socket_dir = Path(env.capability("sh").url.removeprefix("unix://")).parent
+    assert socket_dir.stat().st_mode & 0o777 == 0o700
     await env.stop()
     assert env.capabilities == []
+    assert not socket_dir.exists()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from .._urls import unix_path
 from ..env._shell import ShellClient, ShellResult
 from ..models import ToolSpec
 
@@ -174,7 +175,9 @@ def _format_shell(result: ShellResult) -> str:
 async def mcp_tools(url: str, stack: AsyncExitStack, *, prefix: str = "") -> list[Tool]:
     """The tools of the MCP server at `url` (streamable HTTP); the session lives on `stack`.
 
-    Each tool is named `prefix + name`. A result flagged `is_error` becomes an error.
+    `url` is `http(s)://...` or `http+unix://<percent-encoded socket path>/path` (sent
+    as `Host: localhost`). Each tool is named `prefix + name`. A result flagged
+    `is_error` becomes an error.
 
     Raises:
         ImportError: the `mcp` extra is not installed.
@@ -183,7 +186,7 @@ async def mcp_tools(url: str, stack: AsyncExitStack, *, prefix: str = "") -> lis
         from mcp import Client
     except ImportError as exc:
         raise ImportError("MCP tools need `pip install 'proctor[mcp]'`") from exc
-    client = await stack.enter_async_context(Client(url))
+    client = await stack.enter_async_context(Client(await _mcp_target(url, stack)))
     listed: list[Any] = []
     cursor: str | None = None
     for _ in range(_MCP_PAGES):
@@ -193,6 +196,28 @@ async def mcp_tools(url: str, stack: AsyncExitStack, *, prefix: str = "") -> lis
         if cursor is None:
             break
     return [_mcp_tool(client, t, prefix) for t in listed]
+
+
+async def _mcp_target(url: str, stack: AsyncExitStack) -> Any:
+    """What `mcp.Client` takes for `url`: the URL itself, or for `http+unix://` a
+    streamable HTTP transport over an HTTP client dialing the socket."""
+    path = unix_path(url)
+    if path is None:
+        return url
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    scheme, _, rest = url.partition("://")
+    tail = rest.split("/", 1)[1] if "/" in rest else ""
+    http = await stack.enter_async_context(
+        httpx2.AsyncClient(
+            transport=httpx2.AsyncHTTPTransport(uds=path),
+            timeout=httpx2.Timeout(30.0, read=300.0),  # the SDK's own defaults
+        )
+    )
+    return streamable_http_client(
+        f"{scheme.removesuffix('+unix')}://localhost/{tail}", http_client=http
+    )
 
 
 def _mcp_tool(client: Any, tool: Any, prefix: str) -> Tool:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import shutil
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,10 +24,12 @@ from .._errors import (
     RemoteError,
     TaskCancelled,
 )
+from .._urls import unix_path, with_unix_path
 from ..env._types import Capability
 from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
 from ._memory import StreamProtocol
 from ._messages import INTERRUPTED, request_frame
+from ._peer import loopback_peer_uid
 from ._reads import BufferedReads
 from ._splice import Pipe, host_port
 
@@ -31,6 +37,8 @@ if TYPE_CHECKING:
     from ._server import Server
 
 __all__ = ["Client", "Dialer", "Manifest", "connect", "dialer_for"]
+
+_log = logging.getLogger(__name__)
 
 Dialer = Callable[[Callable[[], StreamProtocol]], Awaitable[asyncio.Transport]]
 """Opens one connection to a server for the protocol the factory makes."""
@@ -68,6 +76,8 @@ class Client:
         self._lost: Exception | None = None
         self._closed = False
         self._forwarders: dict[str, tuple[Capability, asyncio.Task[asyncio.Server]]] = {}
+        self._socket_dir: str | None = None
+        self._refused_uids: set[int | None] = set()
         self._tunnels: set[asyncio.Task[Any]] = set()
         self._locals: set[_LocalEnd] = set()
 
@@ -207,9 +217,9 @@ class Client:
     def binding(self, name: str) -> Capability:
         """The capability `name` with its URL routed through this connection.
 
-        The first call opens a loopback forwarder; each connection to it becomes a
-        `tunnel.open` stream to the server, so the capability is reachable even when
-        its own address is not.
+        The first call opens a local forwarder (see `route`); each connection to it
+        becomes a `tunnel.open` stream to the server, so the capability is reachable
+        even when its own address is not.
 
         Raises:
             KeyError: no such binding (say hello first).
@@ -228,8 +238,13 @@ class Client:
     def route(self, cap: Capability) -> Capability:
         """Forward a capability through this connection, by name (`binding()` uses this).
 
-        The server tunnels only capabilities it declared, so a name it does not know
-        yields a local URL whose connections are refused.
+        A Unix-socket capability (`unix://`, `http+unix://`) is forwarded on a Unix
+        socket in a private (0700) directory of this process, removed by `aclose`; the
+        routed URL has the same form. Any other is forwarded on a loopback TCP port
+        (HUD-style clients need TCP) that serves only connections from this process's
+        uid and closes any other at once. The server tunnels only capabilities it
+        declared, so a name it does not know yields a local URL whose connections are
+        refused.
 
         Raises:
             ChannelClosed: this client was closed.
@@ -238,32 +253,52 @@ class Client:
             raise ChannelClosed(f"{cap.name!r}: client is closed")
         if cap.name in self._forwarders:
             return self._forwarders[cap.name][0]
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        sock.setblocking(False)
-        port = sock.getsockname()[1]
-        parts = urlsplit(cap.url if "://" in cap.url else f"tcp://{cap.url}")
-        user = f"{parts.username}@" if parts.username else ""
-        routed = Capability(
-            cap.name,
-            cap.protocol,
-            urlunsplit(
-                (
-                    parts.scheme or "tcp",
-                    f"{user}127.0.0.1:{port}",
-                    parts.path,
-                    parts.query,
-                    parts.fragment,
-                )
-            ),
-            cap.params,
-        )
         loop = asyncio.get_running_loop()
-        server = loop.create_task(loop.create_server(lambda: _LocalEnd(self, cap.name), sock=sock))
-        self._forwarders[cap.name] = (routed, server)
+        try:
+            unix = unix_path(cap.url) is not None
+        except ValueError:  # a Unix URL with a relative path: the server refuses it
+            unix = True
+        if unix:
+            sock = self._unix_listener()
+            url = with_unix_path(cap.url, sock.getsockname())
+            server = loop.create_unix_server(lambda: _LocalEnd(self, cap.name), sock=sock)
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(128)
+            sock.setblocking(False)
+            url = _tcp_route(cap.url, sock.getsockname()[1])
+            server = loop.create_server(lambda: _LocalEnd(self, cap.name, same_uid=True), sock=sock)
+        routed = Capability(cap.name, cap.protocol, url, cap.params)
+        self._forwarders[cap.name] = (routed, loop.create_task(server))
         return routed
+
+    def _unix_listener(self) -> socket.socket:
+        """A listening Unix socket in this client's private directory, made on first use."""
+        if self._socket_dir is None:
+            self._socket_dir = tempfile.mkdtemp(prefix="proctor-fwd-")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(os.path.join(self._socket_dir, f"{len(self._forwarders)}.sock"))
+            sock.listen(128)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _admit(self, transport: asyncio.BaseTransport) -> bool:
+        """Whether a TCP forwarder connection comes from our own uid (see `route`)."""
+        uid = loopback_peer_uid(
+            transport.get_extra_info("sockname"), transport.get_extra_info("peername")
+        )
+        if uid == os.geteuid():
+            return True
+        if uid not in self._refused_uids:  # once per uid: a flood must not flood the log
+            self._refused_uids.add(uid)
+            _log.warning("%s: refused a forwarder connection from uid %s", self.url, uid)
+        return False
 
     async def _tunnel(self, name: str, local: Pipe) -> None:
         try:
@@ -282,6 +317,8 @@ class Client:
         for _, task in self._forwarders.values():
             with contextlib.suppress(Exception):
                 (await task).close()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
         if self._transport is not None:
             self._transport.close()
         for fut in self._pending.values():
@@ -324,15 +361,23 @@ class _ClientProtocol(BufferedReads):
 
 
 class _LocalEnd(Pipe):
-    """An accepted forwarder connection; dials a tunnel and waits for it."""
+    """An accepted forwarder connection; dials a tunnel and waits for it.
 
-    def __init__(self, client: Client, name: str) -> None:
+    With `same_uid` (a TCP forwarder), a connection from another uid is closed at once.
+    """
+
+    def __init__(self, client: Client, name: str, *, same_uid: bool = False) -> None:
         super().__init__()
         self.client = client
         self.name = name
+        self.same_uid = same_uid
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        if self.same_uid and not self.client._admit(transport):
+            assert self.transport is not None
+            self.transport.abort()
+            return
         self.client._locals.add(self)
         task = asyncio.get_running_loop().create_task(self.client._tunnel(self.name, self))
         self.client._tunnels.add(task)
@@ -387,6 +432,14 @@ class _TunnelClient(Pipe):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.local.transport is not None:
             self.local.transport.close()
+
+
+def _tcp_route(url: str, port: int) -> str:
+    """`url` (TCP-style) with its host:port replaced by 127.0.0.1:`port`."""
+    parts = urlsplit(url if "://" in url else f"tcp://{url}")
+    user = f"{parts.username}@" if parts.username else ""
+    netloc = f"{user}127.0.0.1:{port}"
+    return urlunsplit((parts.scheme or "tcp", netloc, parts.path, parts.query, parts.fragment))
 
 
 def _optional_str(value: Any) -> str | None:

@@ -82,10 +82,12 @@ class Environment:
     ) -> ShellServer:
         """Declare a `shell` capability: a `ShellServer` running commands in this substrate.
 
-        An initialize hook starts the server and declares the capability with its URL; a
-        shutdown hook withdraws it and stops the server (killing what it started). Graders
-        can run checks through the returned server's `run()`. Arguments are
-        `ShellServer`'s.
+        An initialize hook starts the server on a Unix socket in a private (0700)
+        directory and declares the capability (`unix:///.../shell.sock`); a shutdown hook
+        withdraws it and stops the server (killing what it started). Only this process's
+        uid can connect there; clients reach it only through `tunnel.open` on an
+        authenticated control connection (`run.binding(name)`). Graders can run checks
+        through the returned server's `run()`. Arguments are `ShellServer`'s.
         """
         server = ShellServer(cwd=cwd, env=env, shell=shell, timeout=timeout, max_output=max_output)
 
@@ -103,9 +105,11 @@ class Environment:
     def add_mcp(self, server: Any, name: str = "mcp", *, path: str = "/mcp") -> None:
         """Declare an `mcp` capability serving `server` (an `mcp` SDK `MCPServer`).
 
-        An initialize hook serves it over streamable HTTP on a loopback port and declares
-        the capability (`http://127.0.0.1:PORT/mcp`); a shutdown hook withdraws and stops
-        it. Needs `pip install 'proctor[mcp]'`.
+        An initialize hook serves it over streamable HTTP on a Unix socket in a private
+        (0700) directory and declares the capability (`http+unix://<socket path>/mcp`); a
+        shutdown hook withdraws and stops it. Only this process's uid can connect there;
+        clients reach it only through `tunnel.open` (`run.binding(name)`). Needs
+        `pip install 'proctor[mcp]'`.
         """
         http = McpHttpServer(server, path=path)
 

@@ -1,58 +1,68 @@
-"""Serve an MCP server (the `mcp` SDK) over streamable HTTP on a loopback port."""
+"""Serve an MCP server (the `mcp` SDK) over streamable HTTP on a private Unix socket."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import tempfile
 from typing import Any
+
+from .._urls import http_unix_url
 
 __all__ = ["McpHttpServer"]
 
 
 class McpHttpServer:
-    """Serve `server` (an `mcp` `MCPServer` or low-level `Server`) at `http://host:port/path`.
+    """Serve `server` (an `mcp` `MCPServer` or low-level `Server`) at `http+unix://.../path`.
 
-    uvicorn runs inside this event loop without touching signal handlers, so the
-    environment's own SIGTERM handling stays in charge.
+    The socket lives in a fresh directory only this process's uid may enter, created by
+    `start` and removed by `aclose`; the tunnel reaches it from the environment server.
+    No browser can reach a Unix socket, so the SDK's DNS-rebinding (Host header) check is
+    off: clients send `Host: localhost`. uvicorn runs inside this event loop without
+    touching signal handlers, so the environment's own SIGTERM handling stays in charge.
 
     Args:
-        server: anything with `streamable_http_app(streamable_http_path=...)`.
+        server: anything with `streamable_http_app(streamable_http_path=...,
+            transport_security=...)`.
         path: the endpoint path.
-        host: address to bind; loopback, the tunnel reaches it from there.
-        port: port to bind (0 picks a free one).
     """
 
-    def __init__(self, server: Any, *, path: str = "/mcp", host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, server: Any, *, path: str = "/mcp"):
         self.server = server
         self.path = path
-        self.host = host
-        self.port = port
         self._uvicorn: Any = None
         self._sock: socket.socket | None = None
+        self._dir: str | None = None
 
     @property
     def url(self) -> str:
-        """`http://host:port/path` once started.
+        """`http+unix://<percent-encoded socket path>/path` once started.
 
         Raises:
             RuntimeError: not started.
         """
         if self._sock is None:
             raise RuntimeError("McpHttpServer is not started")
-        host, port = self._sock.getsockname()[:2]
-        return f"http://{host}:{port}{self.path}"
+        return http_unix_url(self._sock.getsockname(), self.path)
 
     async def start(self) -> str:
-        """Bind and serve; returns the URL.
+        """Make the private directory, bind its socket and serve; returns the URL.
 
         Raises:
             ImportError: the `mcp` extra is not installed.
+            OSError: the directory or the socket could not be made.
             RuntimeError: the app's lifespan failed to start.
         """
         try:
             import uvicorn
+            from mcp.server.transport_security import TransportSecuritySettings
         except ImportError as exc:
             raise ImportError("serving MCP needs `pip install 'proctor[mcp]'`") from exc
-        app = self.server.streamable_http_app(streamable_http_path=self.path)
+        app = self.server.streamable_http_app(
+            streamable_http_path=self.path,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
         )
@@ -60,18 +70,32 @@ class McpHttpServer:
         self._uvicorn = uvicorn.Server(config)
         # What `Server.serve()` does before `startup()`, minus its signal capture.
         self._uvicorn.lifespan = config.lifespan_class(config)
-        sock = socket.create_server((self.host, self.port))
+        directory = tempfile.mkdtemp(prefix="proctor-mcp-")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            sock.bind(os.path.join(directory, "mcp.sock"))
             await self._uvicorn.startup(sockets=[sock])
         except SystemExit:  # uvicorn exits the process when the lifespan fails
-            sock.close()
+            _discard(sock, directory)
             raise RuntimeError(f"MCP server {self.path} failed to start") from None
-        self._sock = sock
+        except BaseException:
+            _discard(sock, directory)
+            raise
+        self._sock, self._dir = sock, directory
         return self.url
 
     async def aclose(self) -> None:
-        """Stop serving (in-flight requests get a second to finish)."""
-        server, sock = self._uvicorn, self._sock
-        self._uvicorn = self._sock = None
-        if server is not None and sock is not None:
-            await server.shutdown(sockets=[sock])
+        """Stop serving (in-flight requests get a second to finish), remove the directory."""
+        server, sock, directory = self._uvicorn, self._sock, self._dir
+        self._uvicorn = self._sock = self._dir = None
+        try:
+            if server is not None and sock is not None:
+                await server.shutdown(sockets=[sock])
+        finally:
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
+
+
+def _discard(sock: socket.socket, directory: str) -> None:
+    sock.close()
+    shutil.rmtree(directory, ignore_errors=True)

@@ -1,7 +1,8 @@
 """The `shell` capability: run commands in the environment's substrate.
 
-`ShellServer` listens on a TCP port inside the substrate; `ShellClient` talks to it,
-usually through the control channel's tunnel (`run.binding("shell").url`).
+`ShellServer` listens on a Unix socket in a private directory inside the substrate
+(mode 0700: only its own uid can connect); from outside, `ShellClient` reaches it only
+through the control channel's tunnel (`run.binding("shell").url`).
 
 Protocol (shell/1). A connection carries UTF-8 JSON objects, one per line (`\\n`), each
 at most 64 MiB. The client sends requests; the server answers each with exactly one
@@ -45,16 +46,17 @@ import math
 import os
 import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 import orjson
 
 from .._errors import ConnectionLost, ProtocolError, RemoteError
+from .._urls import host_port, unix_path
 
 __all__ = ["ShellClient", "ShellResult", "ShellServer"]
 
@@ -114,7 +116,10 @@ class _CommandError(Exception):
 
 
 class ShellServer:
-    """Run shell commands for clients on a loopback port (protocol in the module doc).
+    """Run shell commands for clients on a private Unix socket (protocol in the module doc).
+
+    The socket lives in a fresh directory only this process's uid may enter, created by
+    `start` and removed by `aclose`; the tunnel reaches it from the environment server.
 
     Args:
         cwd: directory commands run in (default: the current one).
@@ -123,8 +128,6 @@ class ShellServer:
         timeout: default per-command timeout in seconds.
         max_output: cap in bytes on each of stdout and stderr.
         linger: seconds to wait for output pipes held open by background processes.
-        host: address to bind; keep it loopback, the tunnel reaches it from there.
-        port: port to bind (0 picks a free one).
     """
 
     def __init__(
@@ -136,8 +139,6 @@ class ShellServer:
         timeout: float = 120.0,
         max_output: int = 1024 * 1024,
         linger: float = 0.5,
-        host: str = "127.0.0.1",
-        port: int = 0,
     ) -> None:
         self.cwd = Path(cwd) if cwd is not None else None
         self.env = dict(env or {})
@@ -145,9 +146,8 @@ class ShellServer:
         self.timeout = timeout
         self.max_output = max_output
         self.linger = linger
-        self.host = host
-        self.port = port
         self._server: asyncio.Server | None = None
+        self._dir: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._conns: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         self._groups: set[int] = set()
@@ -158,28 +158,41 @@ class ShellServer:
 
     @property
     def url(self) -> str:
-        """`tcp://host:port` once started.
+        """`unix:///private/dir/shell.sock` once started.
 
         Raises:
             RuntimeError: not started.
         """
-        if self._server is None:
+        if self._server is None or self._dir is None:
             raise RuntimeError("ShellServer is not started")
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return f"tcp://{host}:{port}"
+        return f"unix://{os.path.join(self._dir, 'shell.sock')}"
 
     async def start(self) -> str:
-        """Bind and start serving; returns the URL."""
-        self._server = await asyncio.start_server(
-            self._connection, self.host, self.port, limit=MAX_LINE
-        )
+        """Make the private directory, bind its socket and start serving; returns the URL.
+
+        Raises:
+            OSError: the directory or the socket could not be made.
+        """
+        self._dir = tempfile.mkdtemp(prefix="proctor-shell-")
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._connection, os.path.join(self._dir, "shell.sock"), limit=MAX_LINE
+            )
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+            raise
         return self.url
 
     async def aclose(self) -> None:
-        """Stop listening, kill every running command and every group ever started."""
+        """Stop listening, remove the socket's directory, kill every running command and
+        every group ever started."""
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
         # A connection ends on its own once its socket is gone (cancelling the handler
         # would make asyncio log the cancelled task); commands are cancelled directly.
         for writer in self._conns.values():
@@ -464,11 +477,14 @@ class ShellClient:
     A cancelled `run` closes its connection, which kills the command's process group.
 
     Args:
-        url: `tcp://host:port` (e.g. `run.binding("shell").url`).
+        url: `unix:///path` or `tcp://host:port` (e.g. `run.binding("shell").url`).
         cwd: default working directory, relative to the server's.
         env: variables added to every command's environment.
         timeout: default per-command timeout in seconds (None: the server's).
         max_output: default cap in bytes on each output stream (None: the server's).
+
+    Raises:
+        ValueError: `url` names neither a socket path nor a host:port.
     """
 
     def __init__(
@@ -480,11 +496,9 @@ class ShellClient:
         timeout: float | None = None,
         max_output: int | None = None,
     ) -> None:
-        parts = urlsplit(url if "://" in url else f"tcp://{url}")
-        if not parts.hostname or parts.port is None:
-            raise ValueError(f"{url!r} names no host:port")
+        self._path = unix_path(url)
+        self._address = host_port(url) if self._path is None else None
         self.url = url
-        self.host, self.port = parts.hostname, parts.port
         self.cwd = cwd
         self.env = dict(env or {})
         self.timeout = timeout
@@ -519,7 +533,10 @@ class ShellClient:
             "max_output": self.max_output,
         }
         req.update((k, v) for k, v in fields.items() if v is not None)
-        reader, writer = await asyncio.open_connection(self.host, self.port, limit=MAX_LINE)
+        if self._address is not None:
+            reader, writer = await asyncio.open_connection(*self._address, limit=MAX_LINE)
+        else:
+            reader, writer = await asyncio.open_unix_connection(self._path, limit=MAX_LINE)
         try:
             writer.write(orjson.dumps(req) + b"\n")
             line = await reader.readline()

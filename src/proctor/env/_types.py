@@ -15,10 +15,19 @@ T = TypeVar("T")
 class Capability:
     """A live endpoint the agent may use, published in `hello` bindings.
 
+    `url` is where the server itself dials it; clients never use it directly but reach
+    it only through `tunnel.open` on an authenticated control connection
+    (`client.binding(name)` gives a local URL of the same form). Proctor's own
+    capabilities listen on Unix sockets in private (0700) directories; a daemon of your
+    own should too, or require a secret of its own: a loopback TCP port is open to every
+    local user.
+
     Args:
         name: key the agent asks for (`client.binding(name)`), unique per environment.
         protocol: what speaks there (`shell`, `mcp`, `cdp`, `http`, ...).
-        url: where it listens inside the substrate, e.g. `tcp://127.0.0.1:2222`.
+        url: where it listens inside the substrate: `unix:///abs/path` (a byte stream),
+            `http+unix://<percent-encoded socket path>/path` (HTTP on a Unix socket), or
+            TCP-style, e.g. `tcp://127.0.0.1:2222`, `ssh://user@127.0.0.1:22`.
         params: anything else a client needs (credentials never belong here).
     """
 
