@@ -169,7 +169,8 @@ def test_a_retry_moves_the_earlier_attempt_aside_whole(tmp_path: Path) -> None:
         rec = store.begin(a)
         rec.log("first try\n")
         rec.finish("failed", phase="agent", error={"phase": "agent", "type": "X", "message": "m"})
-        _trivial(store, a)  # same attempt: continues the record
+        with pytest.raises(StoreError, match="already ended"):
+            store.begin(a)  # an ended attempt is never redone
         retry = store.begin(a, attempt=2)
         retry.finish("completed", reward=1.0)
     got = read_rollout(out, a.id)

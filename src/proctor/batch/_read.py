@@ -94,7 +94,8 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
     (its index row, or None), `model_turns` and `trace` (the JSONL streams' records),
     `checkpoint` and `evaluation` (or None), `artifacts` (name -> SHA-256 from the
     manifest), `log` (text, or None), `attempts` (archived attempt numbers), and
-    `torn` (stream name -> bytes of a torn last line that was left out).
+    `torn` (file name -> bytes left out: a stream's torn last line, or a JSON file
+    that does not parse, which only a machine crash can leave).
 
     Raises:
         StoreError: `path` has no index.
@@ -102,19 +103,20 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
     """
     root = os.fspath(path)
     folder = os.path.join(root, "rollouts", _check_id(rollout_id))
+    torn: dict[str, int] = {}
     out: dict[str, Any] = {
         "id": rollout_id,
-        "record": _json(os.path.join(root, "rollouts", f"{rollout_id}.json")),
+        "record": _json(os.path.join(root, "rollouts", f"{rollout_id}.json"), torn),
         "index": _row(root, rollout_id),
-        "torn": {},
+        "torn": torn,
     }
     for key, name in (("model_turns", "model_turns.jsonl"), ("trace", "trace.jsonl")):
         reader = JsonlReader(os.path.join(folder, name))
         out[key] = list(reader)
         if reader.torn:
-            out["torn"][name] = reader.torn
-    out["checkpoint"] = _json(os.path.join(folder, "checkpoint.json"))
-    out["evaluation"] = _json(os.path.join(folder, "evaluation", "status.json"))
+            torn[name] = reader.torn
+    out["checkpoint"] = _json(os.path.join(folder, "checkpoint.json"), torn)
+    out["evaluation"] = _json(os.path.join(folder, "evaluation", "status.json"), torn)
     out["artifacts"] = _manifest(os.path.join(folder, "artifacts", "SHA256SUMS"))
     out["log"] = _text(os.path.join(folder, "log.txt"))
     out["attempts"] = _attempts(os.path.join(folder, "attempts"))
@@ -151,11 +153,19 @@ def _row(root: str, rollout_id: str) -> dict[str, Any] | None:
     return None if row is None else dict(zip(_index.COLUMNS, row, strict=True))
 
 
-def _json(file: str) -> Any:
+def _json(file: str, torn: dict[str, int] | None = None) -> Any:
     try:
         with open(file, "rb") as f:
-            return orjson.loads(f.read())
+            data = f.read()
     except FileNotFoundError:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # Only a machine crash in `default` mode on a filesystem that does not order
+        # a rename after its data (ext4 does) leaves this: report, do not raise.
+        if torn is not None:
+            torn[os.path.basename(file)] = len(data)
         return None
 
 

@@ -343,10 +343,19 @@ class BatchStore:
         `attempt` is continued from that record (a resumed rollout). One whose record
         has an earlier attempt has that attempt moved, with its files, to
         `rollouts/<id>/attempts/<n>/` and starts afresh.
+
+        Raises:
+            StoreError: this attempt of the rollout already ended (it is never redone).
+            ValueError: the id is not a plain name.
         """
         rec = RolloutRecorder(self, assignment, attempt)
         fields.setdefault("status", "running")
         if rec.record.get("attempt") == attempt:
+            if rec.record.get("status") in TERMINAL:
+                raise StoreError(
+                    f"rollout {rec.id} attempt {attempt} already ended "
+                    f"({rec.record['status']}); a retry is attempt {attempt + 1}"
+                )
             rec.update(**fields)
             return rec
         if rec.record or attempt > 1:
@@ -496,7 +505,13 @@ class BatchStore:
             f"SELECT id, status FROM rollouts WHERE status IS NULL OR status NOT IN ({marks})",
             sorted(TERMINAL),
         ).fetchall()
+        if not rows:
+            return
+        # One listing, not one failed open per queued rollout of a large batch.
+        present = {e.name for e in os.scandir(self._rollouts)}
         for rid, status in rows:
+            if f"{rid}.json" not in present:
+                continue
             record = _load_record(os.path.join(self._rollouts, f"{rid}.json"))
             if record and record.get("status") != status:
                 fields = _index_fields(record)
