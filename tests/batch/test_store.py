@@ -306,6 +306,24 @@ def test_kill_9_of_the_writer_loses_nothing_it_was_handed(tmp_path: Path, trial:
             orjson.loads((out / "rollouts" / name).read_bytes())
 
 
+def test_a_resumed_runner_can_pass_the_whole_plan_again(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    plan = _assignments(6)
+    with BatchStore.create(out, {}) as store:
+        assert store.add_assignments(plan[:4]) == 4
+        for a in plan[:2]:
+            _trivial(store, a)
+    with BatchStore.open(out) as store:
+        assert store.add_assignments(plan) == 2
+        extra = store.begin(Assignment("adhoc", "t9", "cmd", "m9", 3))
+        extra.finish("completed")
+    rows = list_rollouts(out, limit=None)
+    assert [(r["id"], r["seq"], r["status"]) for r in rows] == [("adhoc", None, "completed")] + [
+        (a.id, i, "completed" if i < 2 else "queued") for i, a in enumerate(plan)
+    ]
+    assert rows[0]["task"] == "t9" and rows[0]["model"] == "m9" and rows[0]["repeat"] == 3
+
+
 def test_reopen_corrects_the_index_from_a_record_whose_event_never_came(tmp_path: Path) -> None:
     out = tmp_path / "out"
     [a, b] = _assignments(2)

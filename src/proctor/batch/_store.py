@@ -120,7 +120,8 @@ def _index_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _PLAIN_COLUMNS = frozenset(
-    {"status", "phase", "attempt", "reward", "cost", "started_at", "ended_at"}
+    {"task", "agent", "model", "repeat", "status", "phase", "attempt", "reward", "cost"}
+    | {"started_at", "ended_at"}
 )
 _RESET = {"reward": None, "error": None, "usage": None, "cost": None, "ended_at": None}
 _EVENT_COLUMNS = frozenset(_index.COLUMNS) - {"id"}
@@ -299,18 +300,30 @@ class BatchStore:
 
     # -- writing ---------------------------------------------------------------------
 
-    def add_assignments(self, assignments: Iterable[Assignment]) -> None:
-        """Record planned rollouts as `queued`, in plan order (one `assigned` event each)."""
+    def add_assignments(self, assignments: Iterable[Assignment]) -> int:
+        """Record planned rollouts as `queued`, in plan order (one `assigned` event each).
+
+        An id the index already has is skipped, so a resumed runner may pass the whole
+        plan again without requeueing what ran. Returns how many were added.
+
+        Raises:
+            ValueError: an id is not a plain name.
+        """
+        self.flush()
+        known = {rid for (rid,) in self._db.execute("SELECT id FROM rollouts")}
+        added = 0
         chunk: list[Assignment] = []
         for a in assignments:
+            if a.id in known:
+                continue
+            known.add(a.id)
             chunk.append(a)
             if len(chunk) == _REPLAY_CHUNK:
-                self._add_chunk(chunk)
+                added += self._add_chunk(chunk)
                 chunk = []
-        if chunk:
-            self._add_chunk(chunk)
+        return added + (self._add_chunk(chunk) if chunk else 0)
 
-    def _add_chunk(self, chunk: list[Assignment]) -> None:
+    def _add_chunk(self, chunk: list[Assignment]) -> int:
         now = time.time()
         # One bytearray, not a list of encoded lines: each orjson result holds a page
         # of heap until freed, so 10,000 of them alive at once would cost 40 MB.
@@ -330,6 +343,7 @@ class BatchStore:
             lines += self._encode({"t": now, "type": "assigned", "id": a.id, **fields})
         self._append_events(bytes(lines), changes)
         self.flush()
+        return len(chunk)
 
     def event(self, type: str, **data: Any) -> None:
         """Append a batch event (`{"t": time, "type": type, **data}`) to `events.jsonl`."""
@@ -364,16 +378,18 @@ class BatchStore:
             fields = {**_RESET, **fields}  # the index row must not keep the old outcome
         fields.setdefault("phase", "provisioning")
         fields.setdefault("started_at", time.time())
-        rec.record = {
-            "id": assignment.id,
+        rec.record = {"id": assignment.id}
+        fields = {
             "task": assignment.task,
             "agent": assignment.agent,
             "model": assignment.model,
             "repeat": assignment.repeat,
+            "attempt": attempt,
+            **fields,
         }
         # The record file waits for the rollout's next update: until then the event
         # holds all it would say, and a trivial rollout creates one file, not two.
-        rec.update(write=False, attempt=attempt, **fields)
+        rec.update(write=False, **fields)
         return rec
 
     def flush(self) -> None:
@@ -556,12 +572,12 @@ class RolloutRecorder:
     def update(self, *, write: bool = True, **fields: Any) -> None:
         """Merge `fields` into the record and replace it; index the columns among them.
 
-        Indexed: `status`, `phase`, `attempt`, `reward`, `cost`, `started_at`,
-        `ended_at`, `error` (a mapping: its `phase` and `type`) and `usage` (a
-        mapping: its `input_tokens` and `output_tokens`). Anything else JSON-able is
-        kept in the record only (e.g. `result`, `trace`, `stop_reason`, `prompt`).
-        With `write=False` the record file is left for a later update (the event and
-        the index still get the indexed columns).
+        Indexed: `task`, `agent`, `model`, `repeat`, `status`, `phase`, `attempt`,
+        `reward`, `cost`, `started_at`, `ended_at`, `error` (a mapping: its `phase`
+        and `type`) and `usage` (a mapping: its `input_tokens` and `output_tokens`).
+        Anything else JSON-able is kept in the record only (e.g. `result`, `trace`,
+        `stop_reason`, `prompt`). With `write=False` the record file is left for a
+        later update (the event and the index still get the indexed columns).
         """
         store = self._store
         store._check()
