@@ -144,6 +144,38 @@ async def test_folders_of_a_killed_driver_are_removed_by_the_next_start() -> Non
         shutil.rmtree(live, ignore_errors=True)
 
 
+FLOOD = """
+import os, socket, time
+from urllib.parse import urlsplit
+port = urlsplit(os.environ["OPENAI_BASE_URL"]).port
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(400)]
+time.sleep(1.5)
+print("done")
+"""
+
+
+async def test_a_connection_flood_from_the_jail_is_capped_in_the_driver() -> None:
+    fds = len(os.listdir("/proc/self/fd"))
+    peak = fds
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, len(os.listdir("/proc/self/fd")))
+            await asyncio.sleep(0.02)
+
+    async with FakeModelServer() as fake, InterceptionProxy(Upstream(fake.url)) as proxy:
+        watcher = asyncio.create_task(watch())
+        try:
+            run = await rollout(
+                say(word="done"), CommandAgent([sys.executable, "-c", FLOOD]), proxy=proxy
+            )
+        finally:
+            watcher.cancel()
+    assert run.reward == 1.0, run.error
+    assert peak - fds < 3 * 300  # each relayed connection: 3 fds here (jail side, proxy both)
+
+
 def marked(marker: str) -> list[int]:
     """Host pids whose command line holds `marker`."""
     found = []

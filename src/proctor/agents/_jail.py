@@ -51,6 +51,7 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"
 _LOOPBACK = ("127.0.0.1", "localhost")
 _BOOT = "import os,sys;exec(compile(os.read(int(sys.argv[1]),1<<22),'proctor-jail','exec'))"
 _CHUNK = 1 << 16
+_MAX_CONNS = 256  # relayed connections open at once per jail: the driver's fds are shared
 
 
 def find_bwrap() -> str:
@@ -135,6 +136,7 @@ class Jail:
         self.lifeline = -1
         self._servers: list[asyncio.Server] = []
         self._conns: set[asyncio.StreamWriter] = set()
+        self._relays = 0
 
     async def __aenter__(self) -> Jail:
         try:
@@ -225,29 +227,34 @@ class Jail:
         return json.dumps(setup).encode()
 
     async def _serve(self, fwd: Forward, path: str) -> None:
-        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self._conns.add(writer)
-            try:
+        server = await asyncio.start_unix_server(functools.partial(self._relay, fwd), path)
+        self._servers.append(server)
+        os.chmod(path, 0o666)  # the jail user's way in; the 0700 folder above keeps others out
+
+    async def _relay(
+        self, fwd: Forward, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Join one connection from the jail to `fwd`'s target, both ways."""
+        if self._relays >= _MAX_CONNS:
+            writer.close()
+            return
+        self._relays += 1
+        ends = [writer]
+        self._conns.add(writer)
+        try:
+            with contextlib.suppress(OSError):  # refused, or a reset: both ends close
                 if fwd.port is None:
                     up_reader, up_writer = await asyncio.open_unix_connection(fwd.target)
                 else:
                     up_reader, up_writer = await asyncio.open_connection(*host_port(fwd.target))
-            except OSError:
-                writer.close()
-                self._conns.discard(writer)
-                return
-            self._conns.add(up_writer)
-            try:
-                with contextlib.suppress(OSError):  # a reset: closing both ends the other way
-                    await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
-            finally:
-                for end in (writer, up_writer):
-                    end.close()
-                    self._conns.discard(end)
-
-        server = await asyncio.start_unix_server(relay, path)
-        self._servers.append(server)
-        os.chmod(path, 0o666)  # the jail user's way in; the 0700 folder above keeps others out
+                ends.append(up_writer)
+                self._conns.add(up_writer)
+                await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+        finally:
+            self._relays -= 1
+            for end in ends:
+                end.close()
+                self._conns.discard(end)
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
