@@ -16,7 +16,7 @@ host, with no capabilities and no_new_privs, and reads only what nobody may read
 as another user, the jail is an unprivileged user namespace (uid 65534 inside): the same
 uid on the host, so the jail's namespaces and binds are the whole separation (no other
 files, no `/proc` of the driver, no ptrace of it, no way to its sockets), and nested user
-namespaces are disabled.
+namespaces are disabled (bubblewrap 0.8 and later).
 
 Network: the jail has only its own loopback. The driver serves one Unix socket per
 address the harness needs (the proxy session's port, each capability) in a folder bound
@@ -35,6 +35,7 @@ import functools
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -188,7 +189,8 @@ class Jail:
                 argv += ["--cap-add", cap]
         else:
             argv += ["--unshare-user", "--uid", str(JAIL_UID), "--gid", str(JAIL_UID)]
-            argv += ["--disable-userns"]
+            if "--disable-userns" in _options(self.bwrap):  # bubblewrap 0.8 and later
+                argv += ["--disable-userns"]
         argv += ["--clearenv", "--proc", "/proc", "--dev", "/dev"]
         argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
         for path in SYSTEM:
@@ -398,6 +400,16 @@ def _memfd(name: str, data: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+@functools.cache
+def _options(bwrap: str) -> str:
+    """`bwrap --help`, to ask whether an option is known."""
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout + done.stderr
 
 
 @functools.cache
