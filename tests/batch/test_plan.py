@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import AsyncIterator
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from plan_helpers import ROWS, config, workspace, write_json
 
+from proctor.batch import _plan_env
 from proctor.batch._plan import CHECKS, Plan, aplan
+from proctor.batch._plan import plan as run_plan
 from proctor.cli._batch import add_batch_parser
 from proctor.testing import FakeModelServer
 
 FAKE_KEY = "sk-proj-FAKE0123456789abcdefSECRET"
+RUNC = "/usr/sbin/runc"
+PROBE_REPOSITORY = "localhost/proctor-plan-test"  # its own: image pruning stays in it
 
 
 @pytest.fixture
@@ -86,6 +95,22 @@ async def test_duplicate_rollout_ids_and_same_agents_are_named(tmp_path: Path) -
     assert "agents 'a' and 'b' are the same agent and model" in reason
     assert "rollout id 'add-1-2--a--r1' is made 2 times" in reason
     assert not plan.ok
+
+
+async def test_agents_that_cannot_run_are_named(tmp_path: Path) -> None:
+    data = config(
+        agents=[
+            {"kind": "python", "agent": "env.py:solvr"},
+            {"kind": "python", "agent": "env.py:mini", "name": "not-callable"},
+            {"kind": "command", "argv": ["no-such-harness-xyz"], "model": "vllm/m", "name": "h"},
+        ],
+        expected_rollouts=9,
+    )
+    plan = await plan_of(tmp_path, data, skip_model_check=True)
+    reason = failed(plan)["config"]
+    assert "agent 'solvr': " in reason and "has no attribute 'solvr'" in reason
+    assert "agent 'not-callable': " in reason and "is not an agent" in reason
+    assert "agent 'h': command 'no-such-harness-xyz' not found" in reason
 
 
 async def test_a_count_mismatch_is_named_and_allow_partial_accepts_fewer(tmp_path: Path) -> None:
@@ -168,6 +193,61 @@ async def test_an_environment_that_fails_to_import_is_named(tmp_path: Path) -> N
     assert "boom at import" in failed(plan)["environment"]
 
 
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    """The workspace's environment served by `proctor serve` in a child: its URL."""
+    workspace(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proctor.cli", "serve", str(tmp_path / "env.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("PROCTOR_SERVE_PORT="), line
+        yield f"tcp://127.0.0.1:{line.strip().partition('=')[2]}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+async def test_a_served_environment_is_asked_over_the_channel(tmp_path: Path, served: str) -> None:
+    rows = [*ROWS, {"env": "mini", "id": "echo", "args": {}, "slug": "no-text"}]
+    (tmp_path / "tasks.json").write_text(json.dumps(rows))
+    data = config(
+        taskset={"source": "tasks.json"},
+        runtime={"kind": "url", "url": served},
+        environment_version="1.2.0",
+        expected_rollouts=4,
+    )
+    plan = await aplan(write_json(tmp_path, data))
+    assert failed(plan) == {"environment": "task 'no-text': echo: missing argument(s) 'text'"}
+    details = plan.check("environment").details
+    assert details["loaded_in"] == f"the server at {served}"
+    assert details["templates"] == ["add", "echo"]
+
+
+async def test_an_unreachable_server_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_plan_env, "READY_TIMEOUT", 0.5)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+    data = config(taskset={"source": "tasks.json"}, runtime={"kind": "url", "url": url})
+    plan = await plan_of(tmp_path, data)
+    assert set(failed(plan)) == {"environment"}
+    assert failed(plan)["environment"].startswith("ConnectTimeout: ")
+
+
 async def test_missing_bwrap_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -184,6 +264,26 @@ async def test_a_missing_container_image_is_named(tmp_path: Path) -> None:
     assert "substrate" in failed(plan)
     assert image in failed(plan)["substrate"]
     assert plan.check("substrate").details["images"] == {image: False}
+
+
+def test_a_container_runtime_loads_the_environment_in_a_probe_container(tmp_path: Path) -> None:
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed")
+    from proctor.runtimes._image import python_image
+
+    workspace(tmp_path)
+    image = python_image(engine="podman", paths=[tmp_path], repository=PROBE_REPOSITORY)
+    runtime = {"kind": "container", "image": image, "source": str(tmp_path / "env.py")}
+    if os.path.exists(RUNC):
+        runtime["oci_runtime"] = RUNC  # crun fails on these hosts' cgroups
+    data = config(taskset={"source": "tasks.json"}, runtime=runtime, environment_version="1.2.0")
+    plan = run_plan(write_json(tmp_path, data))
+    assert plan.ok, failed(plan)
+    assert plan.check("environment").details["loaded_in"] == "a probe container (removed after)"
+    assert plan.check("substrate").details["images"] == {image: True}
+    batch = f"proctor.batch=plan-{plan.config_digest[:12]}"  # type: ignore[index]
+    argv = ["podman", "ps", "-a", "-q", f"--filter=label={batch}"]
+    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == ""
 
 
 async def test_a_wave_larger_than_memory_is_refused(tmp_path: Path) -> None:
@@ -253,7 +353,7 @@ async def test_the_plan_never_contains_a_credential_value(
     data = config(
         agents=[
             {"kind": "tool", "model": f"openai/gpt-4.1-mini@{fake.url}"},
-            {"kind": "command", "argv": ["h"], "model": f"openai/gpt-4.1-mini@{fake.url}"},
+            {"kind": "command", "argv": ["true"], "model": f"openai/gpt-4.1-mini@{fake.url}"},
             {"kind": "tool", "model": f"openai/gpt-4o@{fake.url}"},
         ],
         expected_rollouts=9,
@@ -334,3 +434,29 @@ def test_the_command_prints_the_schema(capsys: pytest.CaptureFixture[str]) -> No
     assert args.handler(args) == 0
     schema = json.loads(capsys.readouterr().out)
     assert schema["title"] == "BatchConfig" and "max_concurrency" in schema["required"]
+
+
+# -- the examples -----------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "batch"
+
+
+async def test_the_offline_example_plans_ok() -> None:
+    plan = await aplan(EXAMPLES / "letters.toml")
+    assert plan.ok, failed(plan)
+    assert plan.rollouts == {"total": 24, "enabled": 24, "expected": 24}
+    assert plan.projected_cost_usd == 0.0
+
+
+async def test_the_fake_model_example_plans_ok_against_a_fake_server() -> None:
+    try:
+        server = FakeModelServer(port=8765)
+        await server.start()
+    except OSError:
+        pytest.skip("port 8765 is taken")
+    try:
+        plan = await aplan(EXAMPLES / "fake-model.json")
+    finally:
+        await server.aclose()
+    assert plan.ok, failed(plan)
+    assert plan.projected_concurrency == 4

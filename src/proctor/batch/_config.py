@@ -450,6 +450,13 @@ class BatchConfig(_Model):
         """`path` relative to `base_dir` (absolute paths pass through)."""
         return str(self.base_dir / path) if not os.path.isabs(path) else path
 
+    def resolve_agent(self, spec: str) -> str:
+        """A Python agent's `file.py:attr` with the file relative to `base_dir`."""
+        module, _, attr = spec.partition(":")
+        if module.endswith(".py") or "/" in module:
+            return f"{self.resolve(module)}:{attr}"
+        return spec
+
     def agent_names(self) -> list[str]:
         """Each agent entry's name, given or derived, in order."""
         return [entry.name or entry.default_name() for entry in self.agents]

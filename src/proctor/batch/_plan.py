@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,14 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._config import Assignment, BatchConfig, BatchConfigError, load_config
+from ._config import (
+    Assignment,
+    BatchConfig,
+    BatchConfigError,
+    CommandAgentEntry,
+    PythonAgentEntry,
+    load_config,
+)
 from ._plan_env import Loaded, load
 from ._plan_models import catalogs, credentials, projected_cost, unpriced
 from ._plan_substrate import check_substrate
@@ -192,6 +200,7 @@ def _check_config(config: BatchConfig, loaded: Loaded, table: list[Assignment]) 
     if loaded.taskset_error is not None:
         problems.append(f"taskset: {loaded.taskset_error}")
     names = config.agent_names()
+    problems += _agent_problems(config, names, loaded)
     problems += [f"agent name {n!r} is used by {c} entries" for n, c in _dupes(names)]
     problems += _same_agents(config, names)
     ids = [a.rollout_id for a in table]
@@ -204,6 +213,26 @@ def _check_config(config: BatchConfig, loaded: Loaded, table: list[Assignment]) 
     }
     passed = f"{len(table)} assignments with unique rollout ids"
     return _result("config", problems, passed, details)
+
+
+def _agent_problems(config: BatchConfig, names: list[str], loaded: Loaded) -> list[str]:
+    """Agents that cannot run: a Python agent that does not resolve, a missing command."""
+    problems = []
+    for entry, name in zip(config.agents, names, strict=True):
+        spec = config.resolve_agent(entry.agent) if isinstance(entry, PythonAgentEntry) else ""
+        if spec in loaded.agent_problems:
+            problems.append(f"agent {name!r}: {loaded.agent_problems[spec]}")
+        elif isinstance(entry, CommandAgentEntry) and not _runnable(config, entry):
+            problems.append(f"agent {name!r}: command {entry.argv[0]!r} not found")
+    return problems
+
+
+def _runnable(config: BatchConfig, entry: CommandAgentEntry) -> bool:
+    program = entry.argv[0]
+    if os.sep not in program:
+        return shutil.which(program) is not None
+    cwd = config.resolve(entry.cwd) if entry.cwd else str(config.base_dir)
+    return os.access(os.path.join(cwd, program), os.X_OK)
 
 
 def _dupes(items: list[str]) -> list[tuple[str, int]]:

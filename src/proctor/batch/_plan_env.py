@@ -22,10 +22,11 @@ from typing import Any
 
 import orjson
 
-from ._config import BatchConfig, ContainerRuntimeConfig, UrlRuntimeConfig
+from ._config import BatchConfig, ContainerRuntimeConfig, PythonAgentEntry, UrlRuntimeConfig
 
 __all__ = ["Loaded", "load"]
 
+READY_TIMEOUT = 10.0  # seconds to reach a served environment and get its hello
 PROBE_TIMEOUT = 120.0  # seconds for the child to import the taskset and environment
 _TAIL = 2000  # characters of the child's stderr quoted when it fails
 
@@ -39,6 +40,8 @@ class Loaded:
     taskset_error: str | None = None
     env: dict[str, Any] | None = None
     env_error: str | None = None
+    agent_problems: dict[str, str] = field(default_factory=dict)
+    """Python agent spec (as `BatchConfig.resolve_agent` gives it) -> why it is no agent."""
     loaded_in: str = "not loaded"
     notes: list[str] = field(default_factory=list)
 
@@ -83,6 +86,13 @@ async def _child(config: BatchConfig, host_env: str | None) -> Loaded:
         "slugs": ts.slugs,
         "env_source": host_env,
         "env": ts.env,
+        "agents": sorted(
+            {
+                config.resolve_agent(a.agent)
+                for a in config.agents
+                if isinstance(a, PythonAgentEntry)
+            }
+        ),
     }
     loaded = Loaded(loaded_in="child process" if host_env else "not loaded")
     try:
@@ -94,6 +104,7 @@ async def _child(config: BatchConfig, host_env: str | None) -> Loaded:
     loaded.taskset_error = taskset.get("error")
     loaded.rows = taskset.get("rows")
     loaded.taskset_name = taskset.get("name")
+    loaded.agent_problems = {k: v for k, v in answer.get("agents", {}).items() if v is not None}
     env = answer.get("environment")
     if env is not None:
         loaded.env_error = env.get("error")
@@ -193,7 +204,7 @@ async def _ask(loaded: Loaded, provider: Any, task: Any) -> None:
         async with contextlib.AsyncExitStack() as stack:
             endpoint = await stack.enter_async_context(provider(task))
             c = await stack.enter_async_context(
-                connect(endpoint.target, ready_timeout=10.0, token=endpoint.token)
+                connect(endpoint.target, ready_timeout=READY_TIMEOUT, token=endpoint.token)
             )
             assert c.manifest is not None
             listed = await c.list_tasks()

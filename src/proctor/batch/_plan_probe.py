@@ -20,8 +20,12 @@ __all__ = ["main", "probe"]
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
-    """Load what `request` names: `{taskset, slugs, env_source, env}` (paths absolute)."""
+    """Load what `request` names: `{taskset, slugs, env_source, env, agents}`.
+
+    Paths are absolute or relative to the working directory (the config's folder).
+    """
     answer: dict[str, Any] = {"taskset": _taskset(request)}
+    answer["agents"] = {spec: _agent_problem(spec) for spec in request.get("agents") or ()}
     rows = answer["taskset"].get("rows")
     if request.get("env_source"):
         answer["environment"] = _environment(request["env_source"], request.get("env"), rows)
@@ -72,6 +76,17 @@ def _row_problem(env: Any, row: dict[str, Any]) -> str | None:
         return f"no template {row['id']!r} in environment {env.name!r} (known: {known})"
     try:
         template.bind(row.get("args") or {})
+    except Exception as exc:
+        return _message(exc)
+    return None
+
+
+def _agent_problem(spec: str) -> str | None:
+    """Why `spec` is no agent, as `proctor run --agent` would refuse it; None if it is."""
+    from ..cli._run import resolve_agent
+
+    try:
+        resolve_agent(spec, spec.rpartition(":")[0])
     except Exception as exc:
         return _message(exc)
     return None
