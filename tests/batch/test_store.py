@@ -85,6 +85,16 @@ def test_reopening_something_that_is_not_a_batch_output_is_refused(tmp_path: Pat
         BatchStore.open(tmp_path / "out")
 
 
+def test_one_writer_at_a_time(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with BatchStore.create(out, {}):
+        with pytest.raises(StoreError, match="open for writing by another process"):
+            BatchStore.open(out)
+        assert count_rollouts(out) == {}  # readers need no lock
+    with BatchStore.open(out):
+        pass
+
+
 def test_a_new_batch_writes_its_config_once_with_the_layout_version(tmp_path: Path) -> None:
     with BatchStore.create(tmp_path / "out", {"config": {"max_concurrency": 4}}) as store:
         assert store.batch["layout_version"] == batch.LAYOUT_VERSION

@@ -18,6 +18,7 @@ one `syncfs` per window (0.2 s), the same trade a database makes with a group co
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import threading
@@ -142,13 +143,12 @@ class BatchStore:
         path: str,
         batch: dict[str, Any],
         *,
+        dir_fd: int,
         durability: Durability,
         redact: Redact | None,
         window: float,
         snapshot_every: float,
     ) -> None:
-        if durability not in ("default", "strict"):
-            raise ValueError(f"durability is 'default' or 'strict', not {durability!r}")
         self.path = path
         self.batch = batch
         self.durability: Durability = durability
@@ -168,7 +168,7 @@ class BatchStore:
             self._events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
         )
         self._events_size = os.fstat(self._events_fd).st_size
-        self._dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._dir_fd = dir_fd
         self._db = _index.connect(os.path.join(path, "index.sqlite"), write=True)
         self._next_seq = self._db.execute(
             "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"
@@ -217,6 +217,7 @@ class BatchStore:
         store = cls(
             root,
             doc,
+            dir_fd=_lock_dir(root, durability),
             durability=durability,
             redact=redact,
             window=window,
@@ -245,14 +246,17 @@ class BatchStore:
         rollout ever recorded; `list_rollouts` tells the executor what is left.
 
         Raises:
-            StoreError: `path` is not a batch output of this layout version.
+            StoreError: `path` is not a batch output of this layout version, or
+                another process has it open for writing.
         """
         root = os.path.abspath(os.fspath(path))
         doc = read_batch(root)
+        dir_fd = _lock_dir(root, durability)
         torn = _files.truncate_torn_tail(os.path.join(root, "events.jsonl"))
         store = cls(
             root,
             doc,
+            dir_fd=dir_fd,
             durability=durability,
             redact=redact,
             window=window,
@@ -540,6 +544,23 @@ class BatchStore:
         os.close(self._events_fd)
         os.close(self._dir_fd)
         self._db.close()
+
+
+def _lock_dir(path: str, durability: str) -> int:
+    """Open the output directory and hold an exclusive lock on it while writing.
+
+    Two writers would interleave their events and undo each other's index rows; the
+    lock goes with the process, so a killed runner never blocks its resume.
+    """
+    if durability not in ("default", "strict"):
+        raise ValueError(f"durability is 'default' or 'strict', not {durability!r}")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(f"{path} is open for writing by another process") from None
+    return fd
 
 
 def _load_record(path: str) -> dict[str, Any]:
