@@ -121,10 +121,11 @@ async def test_without_bwrap_the_run_fails_naming_the_fix(
     assert (await rollout(say(word="x"), unjailed)).reward == 1.0
 
 
-async def test_the_home_folder_is_never_the_harness_working_directory() -> None:
-    agent = CommandAgent(["true"], cwd=HOME_DIR)
-    run = await rollout(say(word="x"), agent)
+async def test_a_working_directory_the_jail_should_not_show_fails_the_run(tmp_path: Path) -> None:
+    run = await rollout(say(word="x"), CommandAgent(["true"], cwd=HOME_DIR))
     assert run.error is not None and "home folder" in run.error.message
+    run = await rollout(say(word="x"), CommandAgent(["true"], cwd=tmp_path / "missing"))
+    assert run.error is not None and "jail could not start: bwrap:" in run.error.message
 
 
 async def test_folders_of_a_killed_driver_are_removed_by_the_next_start() -> None:

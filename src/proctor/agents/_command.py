@@ -147,8 +147,12 @@ class CommandAgent:
         stderr = err.decode("utf-8", "replace")[-_TAIL:]
         if code != 0:
             run.trace.add("assistant", None, start=t0, exit_code=code, stderr=stderr)
-            what = "the harness's jail" if stderr.startswith("bwrap:") else self.argv[0]
-            raise RolloutError(f"{what} exited with {code}: {stderr.strip()}")
+            if stderr.startswith("bwrap:"):
+                raise RolloutError(
+                    f"the harness's jail could not start: {stderr.strip()} (CommandAgent(..., "
+                    "jail=False) runs it unjailed, unsafely)"
+                )
+            raise RolloutError(f"{self.argv[0]} exited with {code}: {stderr.strip()}")
         text = out.decode("utf-8", "replace")
         if self.answer == "json":
             try:
