@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from proctor import RuntimeLaunchError, Task
+from proctor import RemoteError, RuntimeLaunchError, Task
 from proctor.agents import agent_from_fn
+from proctor.channel import connect
 from proctor.engine import rollout
 from proctor.runtimes import SubprocessRuntime
 
@@ -41,6 +42,14 @@ async def echo(text: str):
 @env.template
 async def where():
     yield f"{os.environ.get('PROCTOR_TEST_VALUE')}|{os.getcwd()}"
+    yield 1.0
+
+
+@env.template
+async def token_seen():
+    import subprocess
+    child = subprocess.run(["sh", "-c", "echo ${PROCTOR_TOKEN:-unset}"], capture_output=True)
+    yield f"{os.environ.get('PROCTOR_TOKEN', 'unset')}|{child.stdout.decode().strip()}"
     yield 1.0
 """
 
@@ -383,3 +392,17 @@ async def test_cold_children_die_with_a_killed_driver(tmp_path: Path, source: Pa
         for pid in servers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def test_the_token_is_required_and_hidden_from_what_the_environment_runs(
+    source: Path,
+) -> None:
+    runtime = SubprocessRuntime(source)
+    task = Task(env="subprocess-env", id="token_seen")
+    async with runtime(task) as ep:
+        assert ep.token and ep.token not in repr(ep)
+        with pytest.raises(RemoteError, match="unauthorized"):
+            async with connect(ep.url):
+                pass
+    run = await rollout(task, agent_from_fn(lambda p: p), runtime=runtime)
+    assert run.prompt == "unset|unset"
