@@ -1,4 +1,4 @@
-"""`CommandAgent`: a harness in any language, run as a child process per rollout."""
+"""`CommandAgent`: a harness in any language, run per rollout in a bubblewrap jail."""
 
 from __future__ import annotations
 
