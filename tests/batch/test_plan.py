@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from plan_helpers import ROWS, config, workspace, write_json
 
-from proctor.batch import _plan_env
+from proctor.batch import _plan_env, _plan_substrate
 from proctor.batch._plan import CHECKS, Plan, aplan
 from proctor.batch._plan import plan as run_plan
 from proctor.cli._batch import add_batch_parser
@@ -95,6 +95,16 @@ async def test_duplicate_rollout_ids_and_same_agents_are_named(tmp_path: Path) -
     assert "agents 'a' and 'b' are the same agent and model" in reason
     assert "rollout id 'add-1-2--a--r1' is made 2 times" in reason
     assert not plan.ok
+
+
+async def test_slugs_that_clean_to_the_same_id_are_named(tmp_path: Path) -> None:
+    rows = [
+        {"env": "mini", "id": "echo", "args": {"text": "a"}, "slug": "echo/a"},
+        {"env": "mini", "id": "echo", "args": {"text": "b"}, "slug": "echo a"},
+    ]
+    workspace(tmp_path, rows)
+    plan = await aplan(write_json(tmp_path, config(expected_rollouts=2)))
+    assert failed(plan) == {"config": "rollout id 'echo-a--solver--r1' is made 2 times"}
 
 
 async def test_agents_that_cannot_run_are_named(tmp_path: Path) -> None:
@@ -248,6 +258,17 @@ async def test_an_unreachable_server_is_named(
     assert failed(plan)["environment"].startswith("ConnectTimeout: ")
 
 
+async def test_a_missing_taskset_fails_every_check_that_needs_its_rows(tmp_path: Path) -> None:
+    data = config(taskset={"source": "nope.json"}, runtime={"kind": "url", "url": "tcp://h:1"})
+    plan = await plan_of(tmp_path, data)
+    reasons = failed(plan)
+    assert set(reasons) == {"config", "count", "environment"}
+    assert (
+        reasons["config"].startswith("taskset: ") and "nope.json: no such file" in reasons["config"]
+    )
+    assert reasons["environment"] == "not asked: the taskset did not load"
+
+
 async def test_missing_bwrap_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -293,6 +314,34 @@ async def test_a_wave_larger_than_memory_is_refused(tmp_path: Path) -> None:
     )
     plan = await plan_of(tmp_path, data)
     assert "a wave of 3 rollouts needs about" in failed(plan)["substrate"]
+
+
+async def test_a_ray_cluster_must_have_room_for_one_wave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    async def ask_ray(address: str) -> dict[str, Any]:
+        asked.append(address)
+        return {"available": {"CPU": 4.0, "memory": 8e9, "gpu_box": 1.0}, "nodes": 2}
+
+    async def reachable(address: str) -> None:
+        return None
+
+    monkeypatch.setattr(_plan_substrate, "_ask_ray", ask_ray)
+    monkeypatch.setattr(_plan_substrate, "_reach", reachable)
+    rows = [{**row, "runtime_config": {"resources": {"gpu_box": 1}}} for row in ROWS[:1]]
+    workspace(tmp_path, [*rows, *ROWS[1:]])
+    runtime = {"kind": "ray", "address": "10.0.0.1:6379", "resources": {"cpus": 2}}
+    plan = await aplan(write_json(tmp_path, config(runtime=runtime, max_concurrency=3)))
+    assert asked == ["10.0.0.1:6379"]
+    assert failed(plan) == {
+        "substrate": "Ray has 4 CPU free, a wave of 3 needs 6; "
+        "Ray has 1 gpu_box free, a wave of 3 needs 3"
+    }
+    assert plan.check("substrate").details["ray"]["needed"] == {"CPU": 6.0, "gpu_box": 3.0}
+    fits = await aplan(write_json(tmp_path, config(runtime=runtime, max_concurrency=1), "b.json"))
+    assert fits.ok, failed(fits)
 
 
 async def test_an_unreachable_ray_cluster_is_named(tmp_path: Path) -> None:
@@ -427,6 +476,15 @@ def test_the_command_prints_one_json_plan_and_exits_by_it(
     out = capsys.readouterr()
     assert json.loads(out.out)["ok"] is False
     assert out.err == "plan: not ok (count)\n"
+
+
+def test_a_missing_config_file_is_a_failed_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(str(tmp_path / "nope.toml"), "--json")
+    assert args.handler(args) == 1
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["checks"][0]["reason"] == f"{tmp_path / 'nope.toml'}: No such file or directory"
 
 
 def test_the_command_prints_the_schema(capsys: pytest.CaptureFixture[str]) -> None:

@@ -330,6 +330,8 @@ def _check_environment(config: BatchConfig, loaded: Loaded) -> Check:
     problems = []
     if loaded.env_error is not None:
         problems.append(loaded.env_error)
+    elif loaded.env is None:
+        problems.append("not asked: the taskset did not load")
     want = config.environment_version
     if loaded.env is not None and want is not None and env["version"] != want:
         problems.append(
