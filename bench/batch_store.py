@@ -93,7 +93,7 @@ def _disk(root: Path) -> tuple[int, int, dict[str, int]]:
             apparent += st.st_size
             allocated += st.st_blocks * 512
             rel = os.path.relpath(os.path.join(folder, name), root).split(os.sep)[0]
-            part = "rollouts/" if rel == "rollouts" else rel.split("-")[0].split(".sqlite")[0]
+            part = "index.sqlite" if rel.startswith("index.sqlite") else rel
             by_part[part] = by_part.get(part, 0) + st.st_blocks * 512
     return apparent, allocated, by_part
 

@@ -125,6 +125,10 @@ _PLAIN_COLUMNS = frozenset(
     | {"started_at", "ended_at"}
 )
 _RESET = {"reward": None, "error": None, "usage": None, "cost": None, "ended_at": None}
+_SNAPSHOT = (
+    *("id", "task", "agent", "model", "repeat"),
+    *("status", "phase", "attempt", "reward", "error_phase"),
+)
 _EVENT_COLUMNS = frozenset(_index.COLUMNS) - {"id"}
 
 
@@ -465,38 +469,27 @@ class BatchStore:
         self._next_snapshot = time.monotonic() + max(self._snapshot_every, 20 * elapsed)
 
     def _snapshot_chunks(self) -> Iterator[bytes]:
-        with self._db_lock:
-            counts = _index.count_rows(self._db, {}, "status")
-        head = {"layout_version": LAYOUT_VERSION, "updated_at": time.time(), "counts": counts}
-        yield self._encode(head)[:-2] + b',"rollouts":[\n'
-        cols = (
-            "id",
-            "task",
-            "agent",
-            "model",
-            "repeat",
-            "status",
-            "phase",
-            "attempt",
-            "reward",
-            "error_phase",
-        )
+        # Its own connection and one read transaction: counts and rows agree, and the
+        # writer's commits go on meanwhile (WAL).
         reader = _index.connect(os.path.join(self.path, "index.sqlite"), write=False)
         try:
-            rows = reader.execute(f"SELECT {', '.join(cols)} FROM rollouts ORDER BY seq")
+            reader.execute("BEGIN")
+            counts = _index.count_rows(reader, {}, "status")
+            head = {"layout_version": LAYOUT_VERSION, "updated_at": time.time(), "counts": counts}
+            yield self._encode(head)[:-2] + b',"rollouts":[\n'
+            rows = reader.execute(f"SELECT {', '.join(_SNAPSHOT)} FROM rollouts ORDER BY seq")
             sep = b""
             while batch := rows.fetchmany(2000):
                 part = bytearray(sep)
                 for r in batch:
-                    part += orjson.dumps(
-                        {k: v for k, v in zip(cols, r, strict=True) if v is not None}
-                    )
+                    row = {k: v for k, v in zip(_SNAPSHOT, r, strict=True) if v is not None}
+                    part += orjson.dumps(row)
                     part += b",\n"
                 yield bytes(part[:-2])
                 sep = b",\n"
+            yield b"\n]}\n"
         finally:
             reader.close()
-        yield b"\n]}\n"
 
     def _replay(self) -> None:
         offset = _index.get_offset(self._db)
