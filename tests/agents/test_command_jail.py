@@ -145,6 +145,26 @@ async def test_folders_of_a_killed_driver_are_removed_by_the_next_start() -> Non
         shutil.rmtree(live, ignore_errors=True)
 
 
+FILL = """
+import os
+def fill(folder):
+    try:
+        with open(os.path.join(folder, "big"), "wb") as file:
+            file.write(bytes(3 << 20))
+        return "wrote"
+    except OSError as exc:
+        return exc.strerror
+print([fill(folder) for folder in (os.environ["HOME"], "/tmp", "/dev/shm")])
+"""
+
+
+async def test_the_jails_memory_folders_are_capped() -> None:
+    capped = CommandAgent([sys.executable, "-c", FILL], tmpfs_size=1 << 20)
+    assert (await rollout(say(word="x"), capped)).answer == str(["No space left on device"] * 3)
+    roomy = CommandAgent([sys.executable, "-c", FILL], tmpfs_size=None)
+    assert (await rollout(say(word="x"), roomy)).answer == str(["wrote"] * 3)
+
+
 FLOOD = """
 import os, socket, time
 from urllib.parse import urlsplit

@@ -73,6 +73,8 @@ class CommandAgent:
         binds: more host paths shown read-only in the jail, at the same path.
         writable: host folders shown read-write in the jail (the jail user, nobody
             when the driver is root, must be allowed to write there).
+        tmpfs_size: bytes each of the jail's `HOME`, `/tmp` and `/dev/shm` may hold
+            (they live in memory); None for no cap.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class CommandAgent:
         jail: bool = True,
         binds: Iterable[str | os.PathLike[str]] = (),
         writable: Iterable[str | os.PathLike[str]] = (),
+        tmpfs_size: int | None = 1 << 30,
     ) -> None:
         self.argv = argv.split() if isinstance(argv, str) else list(argv)
         if not self.argv:
@@ -99,6 +102,7 @@ class CommandAgent:
         self.jail = jail
         self.binds = [Path(p).absolute() for p in binds]
         self.writable = [Path(p).absolute() for p in writable]
+        self.tmpfs_size = tmpfs_size
 
     def __repr__(self) -> str:
         return f"CommandAgent({self.argv!r})"
@@ -174,6 +178,7 @@ class CommandAgent:
             binds=self.binds,
             writable=self.writable,
             routes=routes,
+            tmpfs_size=self.tmpfs_size,
         )
         async with jail:
             proc = await asyncio.create_subprocess_exec(

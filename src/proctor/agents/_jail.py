@@ -6,7 +6,8 @@ system folders (`/usr`, `/etc`, the `/bin`, `/lib*` links) are bound read-only, 
 harness's working directory, its program's install prefix, the folders of the paths its
 command line names, the driver's Python (for the small init below) and the user's
 `binds`; `writable` folders are bound read-write. `HOME` is a private tmpfs
-(`/home/harness`), `/tmp` and `/dev/shm` too. Nothing else of the host is visible.
+(`/home/harness`), `/tmp` and `/dev/shm` too, each capped at `tmpfs_size` bytes
+(bubblewrap 0.8 and later). Nothing else of the host is visible.
 
 The uid: when the driver is root, bwrap runs as root without a user namespace (a root
 bwrap would map any uid inside to root outside) and the jail's first process, `_jail_init`,
@@ -123,8 +124,10 @@ class Jail:
         binds: Iterable[Path],
         writable: Iterable[Path],
         routes: Routes,
+        tmpfs_size: int | None,
     ) -> None:
         self.bwrap = find_bwrap()
+        self.tmpfs_size = tmpfs_size
         self.argv = list(argv)
         self.env = env
         self.cwd = cwd
@@ -180,7 +183,6 @@ class Jail:
 
     def command(self) -> list[str]:
         """The bwrap command line (nothing secret: the environment goes through a memfd)."""
-        assert self.base is not None
         argv = [self.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
         argv += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
         argv += ["--hostname", "harness", "--cap-drop", "ALL"]
@@ -191,8 +193,18 @@ class Jail:
             argv += ["--unshare-user", "--uid", str(JAIL_UID), "--gid", str(JAIL_UID)]
             if "--disable-userns" in _options(self.bwrap):  # bubblewrap 0.8 and later
                 argv += ["--disable-userns"]
-        argv += ["--clearenv", "--proc", "/proc", "--dev", "/dev"]
-        argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        argv += ["--clearenv", *self._filesystem(), "--remount-ro", "/", "--chdir", self.cwd]
+        fds = [str(fd) for fd in self.fds]
+        return [*argv, "--", os.path.realpath(sys.executable), "-I", "-S", "-c", _BOOT, *fds]
+
+    def _filesystem(self) -> list[str]:
+        assert self.base is not None
+        size = []
+        if self.tmpfs_size is not None and "--size" in _options(self.bwrap):
+            size = ["--size", str(self.tmpfs_size)]
+        argv = ["--proc", "/proc", "--dev", "/dev"]
+        for point in ("/tmp", "/dev/shm"):
+            argv += [*size, "--perms", "1777", "--tmpfs", point]
         for path in SYSTEM:
             if os.path.islink(path):
                 argv += ["--symlink", os.readlink(path), path]
@@ -200,17 +212,15 @@ class Jail:
                 argv += ["--ro-bind", path, path]
         made = {"/", "/tmp", "/dev", "/proc", *SYSTEM}  # folders the jail has
         binds = list(SYSTEM)  # below these, the host's folders show
-        mounts = [("--perms", "0700", "--tmpfs", HOME), *self.mounts]
+        mounts = [(*size, "--perms", "0700", "--tmpfs", HOME), *self.mounts]
         mounts.append(("--ro-bind", os.path.join(self.base, "s"), SOCKETS))
         for *option, dest in mounts:
             argv += _parents(dest, made, binds)
             argv += [*option, dest]
             made.add(dest)
-            if option[0] != "--perms":
+            if option[-1] != "--tmpfs":
                 binds.append(dest)
-        argv += ["--remount-ro", "/", "--chdir", self.cwd]
-        fds = [str(fd) for fd in self.fds]
-        return [*argv, "--", os.path.realpath(sys.executable), "-I", "-S", "-c", _BOOT, *fds]
+        return argv
 
     def _setup(self) -> bytes:
         forward = [
