@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BUDGET_RATE = 3000.0
 BUDGET_ALLOCATED = 8000
 BUDGET_RSS_MB = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """The fields of a planned rollout the store reads (`proctor.batch.PlannedRollout`)."""
+
+    rollout_id: str
+    task: str
+    agent: str | None
+    model: str | None
+    repeat: int
 
 
 def _record(i: int, started: float) -> dict[str, Any]:
@@ -100,7 +112,7 @@ def _disk(root: Path) -> tuple[int, int, dict[str, int]]:
 
 def run_row(n: int, durability: str, parent: str, keep: bool) -> dict[str, Any]:
     """Record `n` trivial rollouts into a new output directory; return its figures."""
-    from proctor.batch import Assignment, BatchStore
+    from proctor.batch import BatchStore
 
     out = Path(tempfile.mkdtemp(prefix="batch-store-", dir=parent)) / "out"
     assignments = (

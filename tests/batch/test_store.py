@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -17,7 +18,6 @@ import pytest
 
 import proctor.batch as batch
 from proctor.batch import (
-    Assignment,
     BatchStore,
     JsonlReader,
     StoreError,
@@ -28,6 +28,16 @@ from proctor.batch import (
     read_rollout,
     read_state,
 )
+
+
+@dataclass(frozen=True)
+class Assignment:
+    rollout_id: str
+    task: str
+    agent: str | None = None
+    model: str | None = None
+    repeat: int = 0
+
 
 TRIVIAL_TRACE = {
     "steps": [{"kind": "user", "content": "Say hi"}, {"kind": "assistant", "content": "hi"}]
@@ -119,8 +129,8 @@ def test_a_trivial_rollout_is_one_record_file_and_no_folder(tmp_path: Path) -> N
         [a] = _assignments(1)
         store.add_assignments([a])
         _trivial(store, a, reward=0.5)
-    assert _files_under(out / "rollouts") == [f"{a.id}.json"]
-    record = orjson.loads((out / "rollouts" / f"{a.id}.json").read_bytes())
+    assert _files_under(out / "rollouts") == [f"{a.rollout_id}.json"]
+    record = orjson.loads((out / "rollouts" / f"{a.rollout_id}.json").read_bytes())
     assert record["status"] == "completed"
     assert record["reward"] == 0.5
     assert record["trace"] == TRIVIAL_TRACE
@@ -141,7 +151,7 @@ def test_a_rollouts_folder_holds_only_the_files_it_used(tmp_path: Path) -> None:
         rec.finish(
             "completed", reward=1.0, usage={"input_tokens": 22, "output_tokens": 5}, cost=0.03
         )
-    assert _files_under(out / "rollouts" / a.id) == [
+    assert _files_under(out / "rollouts" / a.rollout_id) == [
         "artifacts",
         "artifacts/SHA256SUMS",
         "artifacts/answer.txt",
@@ -150,7 +160,7 @@ def test_a_rollouts_folder_holds_only_the_files_it_used(tmp_path: Path) -> None:
         "model_turns.jsonl",
     ]
     assert digest == hashlib.sha256(b"42\n").hexdigest()
-    got = read_rollout(out, a.id)
+    got = read_rollout(out, a.rollout_id)
     assert len(got["model_turns"]) == 2
     assert got["checkpoint"] == {"messages": ["hi"]}
     assert got["artifacts"] == {"answer.txt": digest}
@@ -183,10 +193,10 @@ def test_a_retry_moves_the_earlier_attempt_aside_whole(tmp_path: Path) -> None:
             store.begin(a)  # an ended attempt is never redone
         retry = store.begin(a, attempt=2)
         retry.finish("completed", reward=1.0)
-    got = read_rollout(out, a.id)
+    got = read_rollout(out, a.rollout_id)
     assert got["record"]["attempt"] == 2 and got["record"]["status"] == "completed"
     assert got["attempts"] == [1]
-    old = out / "rollouts" / a.id / "attempts" / "1"
+    old = out / "rollouts" / a.rollout_id / "attempts" / "1"
     assert orjson.loads((old / "rollout.json").read_bytes())["attempt"] == 1
     assert (old / "log.txt").read_text() == "first try\n"
     assert got["index"]["attempt"] == 2 and got["index"]["error_phase"] is None
@@ -248,15 +258,15 @@ def test_a_resumed_rollout_cuts_a_torn_stream_line_before_appending(tmp_path: Pa
         rec = store.begin(a)
         rec.append_turn({"n": 1})
         rec.update(phase="agent")
-    with (out / "rollouts" / a.id / "model_turns.jsonl").open("ab") as f:
+    with (out / "rollouts" / a.rollout_id / "model_turns.jsonl").open("ab") as f:
         f.write(b'{"n": 2, "us')
-    assert read_rollout(out, a.id)["torn"] == {"model_turns.jsonl": len(b'{"n": 2, "us')}
+    assert read_rollout(out, a.rollout_id)["torn"] == {"model_turns.jsonl": len(b'{"n": 2, "us')}
     with BatchStore.open(out) as store:
         rec = store.begin(a)
         assert rec.record["phase"] == "agent"
         rec.append_turn({"n": 2})
         rec.finish("completed")
-    got = read_rollout(out, a.id)
+    got = read_rollout(out, a.rollout_id)
     assert got["model_turns"] == [{"n": 1}, {"n": 2}] and got["torn"] == {}
 
 
@@ -264,7 +274,10 @@ def test_a_resumed_rollout_cuts_a_torn_stream_line_before_appending(tmp_path: Pa
 
 _WRITER = """
 import sys
-from proctor.batch import Assignment, BatchStore
+from types import SimpleNamespace
+from proctor.batch import BatchStore
+def Assignment(rid, task):
+    return SimpleNamespace(rollout_id=rid, task=task, agent=None, model=None, repeat=0)
 store = BatchStore.create(sys.argv[1], {}, window=0.05)
 store.add_assignments([Assignment(f"r{i}", "t") for i in range(20000)])
 print("ready", flush=True)
@@ -329,7 +342,7 @@ def test_a_resumed_runner_can_pass_the_whole_plan_again(tmp_path: Path) -> None:
         extra.finish("completed")
     rows = list_rollouts(out, limit=None)
     assert [(r["id"], r["seq"], r["status"]) for r in rows] == [("adhoc", None, "completed")] + [
-        (a.id, i, "completed" if i < 2 else "queued") for i, a in enumerate(plan)
+        (a.rollout_id, i, "completed" if i < 2 else "queued") for i, a in enumerate(plan)
     ]
     assert rows[0]["task"] == "t9" and rows[0]["model"] == "m9" and rows[0]["repeat"] == 3
 
@@ -342,14 +355,14 @@ def test_reopen_corrects_the_index_from_a_record_whose_event_never_came(tmp_path
         rec = store.begin(a)
         rec.update(phase="agent")
     # As if killed between replacing the record and appending its event:
-    record = orjson.loads((out / "rollouts" / f"{a.id}.json").read_bytes())
+    record = orjson.loads((out / "rollouts" / f"{a.rollout_id}.json").read_bytes())
     record.update(status="completed", reward=1.0, phase="done")
-    (out / "rollouts" / f"{a.id}.json").write_bytes(orjson.dumps(record))
+    (out / "rollouts" / f"{a.rollout_id}.json").write_bytes(orjson.dumps(record))
     with BatchStore.open(out):
         pass
     rows = {r["id"]: r for r in list_rollouts(out)}
-    assert rows[a.id]["status"] == "completed" and rows[a.id]["reward"] == 1.0
-    assert rows[b.id]["status"] == "queued"
+    assert rows[a.rollout_id]["status"] == "completed" and rows[a.rollout_id]["reward"] == 1.0
+    assert rows[b.rollout_id]["status"] == "queued"
 
 
 def test_reopen_rebuilds_a_lost_index_from_the_events(tmp_path: Path) -> None:
@@ -493,7 +506,7 @@ def test_the_snapshot_lists_every_assignment_with_its_status(tmp_path: Path) -> 
     assert state is not None
     assert state["counts"] == {"completed": 3, "queued": 2}
     assert [(r["id"], r["status"]) for r in state["rollouts"]] == [
-        (a.id, "completed" if i < 3 else "queued") for i, a in enumerate(_assignments(5))
+        (a.rollout_id, "completed" if i < 3 else "queued") for i, a in enumerate(_assignments(5))
     ]
 
 
@@ -541,6 +554,17 @@ def test_events_can_be_tailed_from_where_the_last_read_ended(tmp_path: Path) -> 
         store.event("cost_cap", spent=1.5)
         later = read_events(out, first.end)
         assert [(e["type"], e.get("spent")) for e in later] == [("cost_cap", 1.5)]
+
+
+def test_the_plans_assignments_are_what_the_store_takes(tmp_path: Path) -> None:
+    from proctor.batch._config import Assignment as Planned
+
+    row = Planned(rollout_id="t--a--r1", task="t", agent="a", model="m", repeat=1, enabled=True)
+    with BatchStore.create(tmp_path / "out", {}) as store:
+        store.add_assignments([row])
+        store.begin(row).finish("completed", reward=1.0)
+    [got] = list_rollouts(tmp_path / "out")
+    assert (got["id"], got["agent"], got["model"], got["repeat"]) == ("t--a--r1", "a", "m", 1)
 
 
 def test_every_export_resolves() -> None:

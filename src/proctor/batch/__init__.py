@@ -25,7 +25,8 @@ OUT/
 ```
 
 Write with `BatchStore` (`create` a new directory, `open` to resume) and one
-`RolloutRecorder` per rollout (`BatchStore.begin`); read with `list_rollouts`,
+`RolloutRecorder` per rollout (`BatchStore.begin`, given anything shaped like a
+`PlannedRollout`, such as the plan's assignments); read with `list_rollouts`,
 `count_rollouts`, `read_rollout`, `read_events`, `read_state`, `read_batch`.
 """
 
@@ -34,9 +35,9 @@ from ._read import count_rollouts, list_rollouts, read_events, read_rollout, rea
 from ._store import (
     LAYOUT_VERSION,
     TERMINAL,
-    Assignment,
     BatchStore,
     Durability,
+    PlannedRollout,
     RolloutRecorder,
     StoreError,
     read_batch,
@@ -45,10 +46,10 @@ from ._store import (
 __all__ = [
     "LAYOUT_VERSION",
     "TERMINAL",
-    "Assignment",
     "BatchStore",
     "Durability",
     "JsonlReader",
+    "PlannedRollout",
     "RolloutRecorder",
     "StoreError",
     "count_rollouts",

@@ -24,8 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -35,9 +34,9 @@ from . import _files, _index
 __all__ = [
     "LAYOUT_VERSION",
     "TERMINAL",
-    "Assignment",
     "BatchStore",
     "Durability",
+    "PlannedRollout",
     "RolloutRecorder",
     "StoreError",
     "read_batch",
@@ -58,23 +57,28 @@ class StoreError(ProctorError):
     """
 
 
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,159}")
+_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,159}")
 _ARTIFACT = re.compile(r"[A-Za-z0-9._-][A-Za-z0-9._ -]{0,199}")
 _REPLAY_CHUNK = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """One planned rollout: a task for an agent/model, the `repeat`-th time.
+class PlannedRollout(Protocol):
+    """What the store needs of an assignment: the plan's `Assignment` has it.
 
-    `id` names the rollout's record and folder: letters, digits, `.`, `_`, `-`.
+    `rollout_id` names the rollout's record and folder: letters, digits, `.`, `_`,
+    `-`, at most 160 characters.
     """
 
-    id: str
-    task: str
-    agent: str | None = None
-    model: str | None = None
-    repeat: int = 0
+    @property
+    def rollout_id(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def agent(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def repeat(self) -> int: ...
 
 
 def read_batch(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -101,7 +105,7 @@ def read_batch(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _check_id(rollout_id: str) -> str:
-    if not _ID.fullmatch(rollout_id) or ".." in rollout_id:
+    if not _ID.fullmatch(rollout_id):
         raise ValueError(f"bad rollout id {rollout_id!r}: use letters, digits, '.', '_', '-'")
     return rollout_id
 
@@ -308,7 +312,7 @@ class BatchStore:
 
     # -- writing ---------------------------------------------------------------------
 
-    def add_assignments(self, assignments: Iterable[Assignment]) -> int:
+    def add_assignments(self, assignments: Iterable[PlannedRollout]) -> int:
         """Record planned rollouts as `queued`, in plan order (one `assigned` event each).
 
         An id the index already has is skipped, so a resumed runner may pass the whole
@@ -320,18 +324,18 @@ class BatchStore:
         self.flush()
         known = {rid for (rid,) in self._db.execute("SELECT id FROM rollouts")}
         added = 0
-        chunk: list[Assignment] = []
+        chunk: list[PlannedRollout] = []
         for a in assignments:
-            if a.id in known:
+            if a.rollout_id in known:
                 continue
-            known.add(a.id)
+            known.add(a.rollout_id)
             chunk.append(a)
             if len(chunk) == _REPLAY_CHUNK:
                 added += self._add_chunk(chunk)
                 chunk = []
         return added + (self._add_chunk(chunk) if chunk else 0)
 
-    def _add_chunk(self, chunk: list[Assignment]) -> int:
+    def _add_chunk(self, chunk: list[PlannedRollout]) -> int:
         now = time.time()
         # One bytearray, not a list of encoded lines: each orjson result holds a page
         # of heap until freed, so 10,000 of them alive at once would cost 40 MB.
@@ -347,8 +351,8 @@ class BatchStore:
                 "status": "queued",
             }
             self._next_seq += 1
-            changes[_check_id(a.id)] = fields
-            lines += self._encode({"t": now, "type": "assigned", "id": a.id, **fields})
+            changes[_check_id(a.rollout_id)] = fields
+            lines += self._encode({"t": now, "type": "assigned", "id": a.rollout_id, **fields})
         self._append_events(bytes(lines), changes)
         self.flush()
         return len(chunk)
@@ -357,7 +361,9 @@ class BatchStore:
         """Append a batch event (`{"t": time, "type": type, **data}`) to `events.jsonl`."""
         self._append_events(self._encode({"t": time.time(), "type": type, **data}), None)
 
-    def begin(self, assignment: Assignment, *, attempt: int = 1, **fields: Any) -> RolloutRecorder:
+    def begin(
+        self, assignment: PlannedRollout, *, attempt: int = 1, **fields: Any
+    ) -> RolloutRecorder:
         """Start (or continue) recording one rollout and return its recorder.
 
         A rollout with no record starts `running` in phase `provisioning` (override with
@@ -386,7 +392,7 @@ class BatchStore:
             fields = {**_RESET, **fields}  # the index row must not keep the old outcome
         fields.setdefault("phase", "provisioning")
         fields.setdefault("started_at", time.time())
-        rec.record = {"id": assignment.id}
+        rec.record = {"id": rec.id}
         fields = {
             "task": assignment.task,
             "agent": assignment.agent,
@@ -572,8 +578,8 @@ class RolloutRecorder:
     rollout first writes something that lives there.
     """
 
-    def __init__(self, store: BatchStore, assignment: Assignment, attempt: int) -> None:
-        self.id = _check_id(assignment.id)
+    def __init__(self, store: BatchStore, assignment: PlannedRollout, attempt: int) -> None:
+        self.id = _check_id(assignment.rollout_id)
         self.attempt = attempt
         self._store = store
         self.record_path = os.path.join(store._rollouts, f"{self.id}.json")
