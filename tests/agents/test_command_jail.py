@@ -210,16 +210,22 @@ def marked(marker: str) -> list[int]:
     return found
 
 
-async def test_a_stopped_rollout_leaves_nothing_of_the_jail_running() -> None:
-    marker = f"{os.getpid() % 1000 + 7000}.5"  # sleep seconds nobody else uses
-    script = f"sleep {marker} & sleep {marker}"
-    async with FakeModelServer() as fake, InterceptionProxy(Upstream(fake.url)) as proxy:
-        run = await rollout(
-            say(word="x"), CommandAgent(["sh", "-c", script]), proxy=proxy, timeout=1
-        )
-    assert run.error is not None
+async def gone(marker: str) -> bool:
     for _ in range(100):  # the jail's pid namespace ends within moments
-        if not marked(f"sleep\0{marker}"):
-            break
+        if not marked(marker):
+            return True
         await asyncio.sleep(0.05)
-    assert marked(f"sleep\0{marker}") == []
+    return False
+
+
+async def test_nothing_of_the_jail_outlives_its_rollout() -> None:
+    marker = f"{os.getpid() % 1000 + 7000}.5"  # sleep seconds nobody else uses
+    stopped = CommandAgent(["sh", "-c", f"sleep {marker} & sleep {marker}"])
+    async with FakeModelServer() as fake, InterceptionProxy(Upstream(fake.url)) as proxy:
+        run = await rollout(say(word="x"), stopped, proxy=proxy, timeout=1)
+    assert run.error is not None
+    assert await gone(f"sleep\0{marker}")
+    finished = CommandAgent(["sh", "-c", f"sleep {marker} & echo x"])  # it keeps stdout open
+    run = await rollout(say(word="x"), finished)
+    assert run.reward == 1.0
+    assert await gone(f"sleep\0{marker}")
