@@ -104,6 +104,15 @@ def test_an_unknown_key_in_a_toml_inline_table_points_at_its_line(tmp_path: Path
     assert (line, path) == (23, "runtime.limits") and "unknown limit 'procs'" in message
 
 
+def test_a_sub_table_of_an_array_of_tables_is_located(tmp_path: Path) -> None:
+    text = TOML.replace(
+        "max_steps = 5\n",
+        "max_steps = 5\n\n[agents.params]\ntemperature = 0\n\n[agents.bogus]\nx = 1\n",
+    )
+    [(line, path, _)] = problems(write(tmp_path, "b.toml", text))
+    assert (line, path) == (18, "agents[0].bogus")
+
+
 def test_an_unknown_top_level_toml_key_is_named(tmp_path: Path) -> None:
     found = problems(write(tmp_path, "b.toml", "max_concurency = 2\n" + TOML))
     assert found == [(1, "max_concurency", "Extra inputs are not permitted")]
@@ -213,6 +222,17 @@ def test_the_schema_forbids_unknown_fields_everywhere() -> None:
     }
     assert {"local", "subprocess", "sandbox", "container", "ray", "url"} <= kinds
     assert {"tool", "command", "python"} <= kinds
+
+
+def test_timeouts_and_limits_become_the_engine_and_proxy_values() -> None:
+    from proctor.engine import Timeouts
+    from proctor.proxy import Limits
+
+    cfg = BatchConfig.model_validate(
+        config(timeouts={"rollout": 60, "agent": 50}, limits={"max_turns": 4, "max_cost": 0.2})
+    )
+    assert cfg.timeouts.to_timeouts() == Timeouts(rollout=60, agent=50)
+    assert cfg.limits.to_limits() == Limits(max_turns=4, max_cost=0.2)
 
 
 def test_the_digest_is_stable_and_follows_the_content(tmp_path: Path) -> None:

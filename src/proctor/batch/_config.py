@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 import orjson
@@ -28,6 +28,10 @@ from pydantic import (
 )
 
 from .._errors import ProctorError
+
+if TYPE_CHECKING:
+    from ..engine import Timeouts
+    from ..proxy import Limits
 from ._config_lines import json_lines, toml_lines
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "CommandAgentEntry",
     "ConfigProblem",
     "ContainerRuntimeConfig",
+    "ExecutorConfig",
     "LimitsConfig",
     "LocalExecutorConfig",
     "LocalRuntimeConfig",
@@ -52,6 +57,7 @@ __all__ = [
     "ToolAgentEntry",
     "UrlRuntimeConfig",
     "load_config",
+    "parse_config",
     "rollout_id",
 ]
 
@@ -157,6 +163,7 @@ class ToolAgentEntry(_AgentBase):
     _model = field_validator("model")(_model_string)
 
     def default_name(self) -> str:
+        """The model string without its URL: `openai/gpt-4.1-mini`."""
         return _model_name(self.model)
 
 
@@ -185,6 +192,7 @@ class CommandAgentEntry(_AgentBase):
         return argv
 
     def default_name(self) -> str:
+        """The program (or an interpreter's script) and the model: `harness-openai/gpt-4.1`."""
         tool = Path(self.argv[0]).name
         if _INTERPRETERS.fullmatch(tool) and len(self.argv) > 1:
             tool = Path(self.argv[1]).stem
@@ -211,6 +219,7 @@ class PythonAgentEntry(_AgentBase):
         return spec
 
     def default_name(self) -> str:
+        """The attribute, and the model when one is named: `solver`."""
         attr = self.agent.rpartition(":")[2].rsplit(".", 1)[-1]
         return attr if self.model is None else f"{attr}-{_model_name(self.model)}"
 
@@ -368,6 +377,12 @@ class TimeoutsConfig(_Model):
     grade: Seconds | None = None
     teardown: Seconds = 30.0
 
+    def to_timeouts(self) -> Timeouts:
+        """The engine's `Timeouts` with these deadlines."""
+        from ..engine import Timeouts
+
+        return Timeouts(**self.model_dump())
+
 
 class LimitsConfig(_Model):
     """Per-rollout budgets the interception proxy enforces (`proctor.proxy.Limits`)."""
@@ -378,6 +393,12 @@ class LimitsConfig(_Model):
     max_total_tokens: Annotated[int, Field(ge=0)] | None = None
     max_cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     """USD per rollout."""
+
+    def to_limits(self) -> Limits:
+        """The interception proxy's `Limits` with these budgets."""
+        from ..proxy import Limits
+
+        return Limits(**self.model_dump())
 
 
 # -- the config -------------------------------------------------------------------------

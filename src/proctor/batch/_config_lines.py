@@ -69,7 +69,7 @@ def toml_lines(text: str) -> dict[Path, int]:
     """
     lines: dict[Path, int] = {(): 1}
     table: Path = ()
-    counts: dict[Path, int] = {}
+    counts: dict[tuple[str, ...], int] = {}  # array of tables -> its latest entry
     array: tuple[Path, int] | None = None  # an open multi-line array: its path, next index
     quote: str | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -82,11 +82,11 @@ def toml_lines(text: str) -> dict[Path, int]:
             continue
         header = _HEADER.match(raw)
         if header is not None:
-            table = _keys(header[2])
+            keys = _keys(header[2])
             if header[1] == "[[":
-                index = counts[table] = counts.get(table, -1) + 1
-                lines.setdefault(table, number)
-                table = (*table, index)
+                counts[keys] = counts.get(keys, -1) + 1
+                lines.setdefault(_locate(keys[:-1], counts) + keys[-1:], number)
+            table = _locate(keys, counts)
             lines[table] = number
             continue
         key = _KEY.match(raw)
@@ -99,6 +99,16 @@ def toml_lines(text: str) -> dict[Path, int]:
         if quote is None and _opens_array(rest):
             array = (path, 0)
     return lines
+
+
+def _locate(keys: tuple[str, ...], counts: dict[tuple[str, ...], int]) -> Path:
+    """A table header's path: each array of tables it passes through at its latest entry."""
+    path: list[str | int] = []
+    for i, key in enumerate(keys):
+        path.append(key)
+        if keys[: i + 1] in counts:
+            path.append(counts[keys[: i + 1]])
+    return tuple(path)
 
 
 def _array_line(
@@ -126,5 +136,5 @@ def _opens_array(rest: str) -> bool:
     return body.startswith("[") and body.count("[") > body.count("]")
 
 
-def _keys(dotted: str) -> Path:
+def _keys(dotted: str) -> tuple[str, ...]:
     return tuple(part.strip("\"'") for part in _PART.findall(dotted))
