@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 _PR_CAPBSET_DROP = 24
 _CAP_VERSION_3 = 0x20080522
@@ -80,8 +81,15 @@ def _listen(port: int) -> socket.socket:
 
 def _accept(listener: socket.socket, path: str) -> None:
     while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # out of descriptors, say: the port stays open for later
+            time.sleep(0.05)
+            continue
+        try:
+            threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
+        except RuntimeError:  # no thread to spare
+            conn.close()
 
 
 def _relay(conn: socket.socket, path: str) -> None:
