@@ -15,7 +15,7 @@ import pytest
 from proctor import Environment, rollout
 from proctor.agents import CommandAgent
 from proctor.proxy import InterceptionProxy, Upstream
-from proctor.testing import FakeModelServer
+from proctor.testing import FakeModelServer, Reply
 
 HERE = Path(__file__).parent
 JAIL_UID = 65534
@@ -163,6 +163,32 @@ async def test_the_jails_memory_folders_are_capped() -> None:
     assert (await rollout(say(word="x"), capped)).answer == str(["No space left on device"] * 3)
     roomy = CommandAgent([sys.executable, "-c", FILL], tmpfs_size=None)
     assert (await rollout(say(word="x"), roomy)).answer == str(["wrote"] * 3)
+
+
+STREAM = """
+import json, os, sys, time, urllib.request
+body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"},
+)
+events = urllib.request.urlopen(request)
+arrivals = [time.monotonic() for line in events if line.startswith(b"data: {")]
+print(json.dumps({"events": len(arrivals), "spread": arrivals[-1] - arrivals[0]}))
+"""
+
+
+async def test_a_stream_reaches_the_jailed_harness_event_by_event() -> None:
+    reply = Reply("one two three four five", chunks=5, chunk_delay=0.15)
+    agent = CommandAgent([sys.executable, "-c", STREAM], answer="json")
+    async with (
+        FakeModelServer(lambda _: reply) as fake,
+        InterceptionProxy(Upstream(fake.url)) as proxy,
+    ):
+        run = await rollout(say(word="events"), agent, proxy=proxy)
+    assert run.answer["events"] >= 5
+    assert run.answer["spread"] > 0.4  # not buffered until the end by either relay
 
 
 FLOOD = """
