@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import TIMEOUT, Raw, build_env, error, frame, result, until
 
-from proctor.channel import Server, connect
-from proctor.channel._server import MAX_FIRST_FRAME
+from proctor.channel import MAX_FIRST_FRAME, Server, connect
 from proctor.env import Capability
 
 BUSY_BYTES = "server busy: too many bytes buffered"

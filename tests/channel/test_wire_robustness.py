@@ -15,8 +15,7 @@ from typing import Any
 from conftest import TIMEOUT, Raw, frame
 
 from proctor import ChannelError
-from proctor.channel import Server, connect
-from proctor.channel._server import MAX_FIRST_FRAME
+from proctor.channel import MAX_FIRST_FRAME, Server, connect
 
 SEED = 20240611
 METHODS = ["hello", "tasks.list", "tasks.start", "tasks.start", "tasks.start", "tasks.grade",

@@ -2,6 +2,14 @@
 
 from ._client import Client, Manifest, connect
 from ._framing import MAX_FRAME
-from ._server import DEFAULT_PARK_TTL, Server
+from ._server import DEFAULT_PARK_TTL, MAX_FIRST_FRAME, Server
 
-__all__ = ["DEFAULT_PARK_TTL", "MAX_FRAME", "Client", "Manifest", "Server", "connect"]
+__all__ = [
+    "DEFAULT_PARK_TTL",
+    "MAX_FIRST_FRAME",
+    "MAX_FRAME",
+    "Client",
+    "Manifest",
+    "Server",
+    "connect",
+]

@@ -67,6 +67,9 @@ class _Parked:
 class Server:
     """Serve an environment's control channel.
 
+    Every connection's first frame is at most `MAX_FIRST_FRAME` bytes (later ones
+    `MAX_FRAME`); see docs/wire.md for the limits below and what happens past them.
+
     Args:
         env: the environment (its hooks are the caller's business: see `serve`).
         park_ttl: seconds a task parked by a dropped connection waits to be resumed.
@@ -249,12 +252,13 @@ class Server:
             self.spawn(_quiet_cancel(self.unpark(sid).runner))
 
     def resumable(self, sid: str, resume_token: str | None) -> bool:
-        """Whether `resume_token` is `sid`'s (live or parked); always without one in
-        legacy mode. Compared in constant time."""
-        session = self._live.get(sid)
-        parked = self._parked.get(sid)
-        known = session.resume_token if session is not None else parked and parked.resume_token
-        if not known:
+        """Whether `resume_token` is that of session `sid`, live or parked (compared in
+        constant time); without a token, whether the server allows legacy resume."""
+        if sid in self._live:
+            known = self._live[sid].resume_token
+        elif sid in self._parked:
+            known = self._parked[sid].resume_token
+        else:
             return False
         if resume_token is None:
             return self.legacy_resume
