@@ -270,6 +270,21 @@ def test_a_resumed_rollout_cuts_a_torn_stream_line_before_appending(tmp_path: Pa
     assert got["model_turns"] == [{"n": 1}, {"n": 2}] and got["torn"] == {}
 
 
+def test_a_stream_written_before_the_first_update_is_continued_whole(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    [a] = _assignments(1)
+    with BatchStore.create(out, {}) as store:
+        store.begin(a).append_turn({"n": 1})  # no update: no record file yet
+    assert not (out / "rollouts" / f"{a.rollout_id}.json").exists()
+    with (out / "rollouts" / a.rollout_id / "model_turns.jsonl").open("ab") as f:
+        f.write(b'{"n": 2, "us')
+    with BatchStore.open(out) as store:
+        rec = store.begin(a)
+        rec.append_turn({"n": 2})
+        rec.finish("completed")
+    assert read_rollout(out, a.rollout_id)["model_turns"] == [{"n": 1}, {"n": 2}]
+
+
 # -- kill -9 and resume --------------------------------------------------------------------------
 
 _WRITER = """

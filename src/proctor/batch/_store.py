@@ -182,6 +182,7 @@ class BatchStore:
             "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"
         ).fetchone()[0]
         self._committed = _index.get_offset(self._db)
+        self._reopened = False
         self._next_snapshot = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -270,6 +271,7 @@ class BatchStore:
             window=window,
             snapshot_every=snapshot_every,
         )
+        store._reopened = True
         try:
             store._replay()
             store._reconcile_unfinished()
@@ -585,8 +587,11 @@ class RolloutRecorder:
         self.record_path = os.path.join(store._rollouts, f"{self.id}.json")
         self.folder = os.path.join(store._rollouts, self.id)
         self.record: dict[str, Any] = _load_record(self.record_path)
-        self._resumed = bool(self.record)
-        self._has_folder = self._resumed and os.path.isdir(self.folder)
+        # A folder can predate this recorder only in a reopened store or for a rollout
+        # with a record; then its streams may end in a torn line, cut before appending.
+        may_exist = store._reopened or bool(self.record)
+        self._has_folder = may_exist and os.path.isdir(self.folder)
+        self._cut_tails = self._has_folder
         self._checked: set[str] = set()
 
     def update(self, *, write: bool = True, **fields: Any) -> None:
@@ -694,7 +699,7 @@ class RolloutRecorder:
     def _append(self, name: str, data: bytes) -> None:
         self._store._check()
         path = os.path.join(self._dir(), name)
-        if self._resumed and name not in self._checked:
+        if self._cut_tails and name not in self._checked:
             _files.truncate_torn_tail(path)
             self._checked.add(name)
         _files.append_bytes(path, data, sync=self._store._strict)
