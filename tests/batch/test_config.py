@@ -14,6 +14,7 @@ from proctor.batch._config import (
     BatchConfigError,
     RayExecutorConfig,
     SandboxRuntimeConfig,
+    build_runtime,
     load_config,
     rollout_id,
 )
@@ -239,3 +240,45 @@ def test_the_digest_is_stable_and_follows_the_content(tmp_path: Path) -> None:
     a = BatchConfig.model_validate(config())
     assert a.digest() == BatchConfig.model_validate(config()).digest()
     assert a.digest() != BatchConfig.model_validate(config(repeats=2)).digest()
+
+
+def test_every_runtime_kind_builds_its_provider(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proctor import runtimes
+
+    (tmp_path / "env.py").write_text("")
+    monkeypatch.setenv("ENV_TOKEN", "t0ken-value")
+    expected = {
+        "local": runtimes.LocalRuntime,
+        "subprocess": runtimes.SubprocessRuntime,
+        "sandbox": runtimes.SandboxRuntime,
+        "container": runtimes.ContainerRuntime,
+        "ray": runtimes.RayRuntime,
+        "url": runtimes.Runtime,
+    }
+    for runtime in [
+        {"kind": "local"},
+        {"kind": "subprocess", "warm": 2},
+        {"kind": "sandbox", "binds": ["data"], "limits": {"memory": "1G"}},
+        {"kind": "container", "image": "img", "source": "/src/env.py"},
+        {"kind": "ray", "address": "ray://h:10001"},
+        {"kind": "url", "url": "tcp://127.0.0.1:9", "token_env": "ENV_TOKEN"},
+    ]:
+        cfg = load_config(write_json(tmp_path, config(runtime=runtime)))
+        provider = build_runtime(cfg, batch="b1")
+        assert type(provider) is expected[runtime["kind"]], runtime
+        assert "t0ken-value" not in repr(provider)
+
+
+def test_a_runtime_without_a_source_or_token_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ENV_TOKEN", raising=False)
+    cfg = load_config(write_json(tmp_path, config(taskset={"source": "tasks.json"})))
+    with pytest.raises(BatchConfigError, match=r"taskset\.env_source: the local runtime needs"):
+        build_runtime(cfg)
+    url = {"kind": "url", "url": "tcp://127.0.0.1:9", "token_env": "ENV_TOKEN"}
+    cfg = load_config(write_json(tmp_path, config(runtime=url)))
+    with pytest.raises(BatchConfigError, match="ENV_TOKEN is not set"):
+        build_runtime(cfg)

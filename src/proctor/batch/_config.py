@@ -32,6 +32,7 @@ from .._errors import ProctorError
 if TYPE_CHECKING:
     from ..engine import Timeouts
     from ..proxy import Limits
+    from ..runtimes import Provider
 from ._config_lines import json_lines, toml_lines
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "TimeoutsConfig",
     "ToolAgentEntry",
     "UrlRuntimeConfig",
+    "build_runtime",
     "load_config",
     "parse_config",
     "rollout_id",
@@ -252,8 +254,12 @@ class SubprocessRuntimeConfig(_Launch):
 
     kind: Literal["subprocess"]
     warm: bool | Annotated[int, Field(ge=0)] = False
+    """Fork each rollout from this many zygotes (`true` is 1)."""
     python: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    command: list[str] | None = None
+    """A full command instead of `python -m proctor.serve SOURCE` (not with `warm`)."""
+    cwd: str | None = None
 
     _env = field_validator("env")(_no_secret_names)
 
@@ -268,6 +274,8 @@ class SandboxRuntimeConfig(_Launch):
     env: dict[str, str] = Field(default_factory=dict)
     binds: list[str] = Field(default_factory=list)
     writable: list[str] = Field(default_factory=list)
+    bwrap: str = "bwrap"
+    """The bubblewrap executable."""
     limits: dict[str, Any] = Field(default_factory=dict)
     """Over `SandboxRuntime`'s defaults: `memory`, `processes`, `file_size`, `tmpfs`,
     `cpu_time`, `wall_time` (None lifts one); a task's `runtime_config` overrides."""
@@ -300,7 +308,10 @@ class ContainerRuntimeConfig(_Launch):
     mounts: list[str] = Field(default_factory=list)
     resources: dict[str, Any] = Field(default_factory=dict)
     """`{"cpus": 1.5, "memory": "512m", "pids": 256}`; a task's own override these."""
+    labels: dict[str, str] = Field(default_factory=dict)
     oci_runtime: str | None = None
+    ulimits: dict[str, int | tuple[int, int]] | None = None
+    """Per-container limits; default: `ContainerRuntime`'s."""
     args: list[str] = Field(default_factory=list)
 
     _env = field_validator("env")(_no_secret_names)
@@ -471,6 +482,17 @@ class BatchConfig(_Model):
         """`path` relative to `base_dir` (absolute paths pass through)."""
         return str(self.base_dir / path) if not os.path.isabs(path) else path
 
+    def env_source(self) -> str | None:
+        """The environment's Python source on this machine: `taskset.env_source`, else
+        `taskset.source` when that is Python; None when neither is."""
+        ts = self.taskset
+        if ts.env_source is not None:
+            return self.resolve(ts.env_source)
+        source = Path(self.resolve(ts.source))
+        if source.suffix == ".py" or (source.is_dir() and any(source.glob("*.py"))):
+            return str(source)
+        return None
+
     def resolve_agent(self, spec: str) -> str:
         """A Python agent's `file.py:attr` with the file relative to `base_dir`."""
         module, _, attr = spec.partition(":")
@@ -520,6 +542,88 @@ def rollout_id(slug: str, agent: str, repeat: int) -> str:
 
 def _clean(part: str) -> str:
     return _UNSAFE.sub("-", part).strip("-.") or "x"
+
+
+# -- runtime providers ------------------------------------------------------------------
+
+
+def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Provider:
+    """The runtime provider `config.runtime` names, not yet entered.
+
+    Args:
+        config: the batch config; paths resolve against its folder.
+        batch: the `proctor.batch` label of a container runtime's containers.
+
+    Raises:
+        BatchConfigError: the runtime needs an environment source on this machine and
+            the config names none, or a `token_env` is unset.
+    """
+    rt = config.runtime
+    if isinstance(rt, UrlRuntimeConfig):
+        return _url_runtime(rt)
+    if isinstance(rt, ContainerRuntimeConfig):
+        return _container_runtime(config, rt, batch)
+    source = config.env_source()
+    if source is None:
+        raise BatchConfigError(
+            [
+                ConfigProblem(
+                    path="taskset.env_source",
+                    message=f"the {rt.kind} runtime needs the environment's Python source",
+                )
+            ]
+        )
+    return _source_runtime(config, source)
+
+
+def _source_runtime(config: BatchConfig, source: str) -> Provider:
+    from ..runtimes import LocalRuntime, RayRuntime, SandboxRuntime, SubprocessRuntime
+
+    rt, name = config.runtime, config.taskset.env
+    if isinstance(rt, SubprocessRuntimeConfig):
+        return SubprocessRuntime(
+            source, python=rt.python, env=rt.env, env_name=name, command=rt.command,
+            cwd=rt.cwd and config.resolve(rt.cwd), startup_timeout=rt.startup_timeout,
+            stop_timeout=rt.stop_timeout, warm=rt.warm,
+        )  # fmt: skip
+    if isinstance(rt, SandboxRuntimeConfig):
+        return SandboxRuntime(
+            source, env_name=name, network=rt.network, warm=rt.warm, python=rt.python,
+            env=rt.env, binds=[config.resolve(p) for p in rt.binds],
+            writable=[config.resolve(p) for p in rt.writable], limits=rt.limits,
+            startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout, bwrap=rt.bwrap,
+        )  # fmt: skip
+    if isinstance(rt, RayRuntimeConfig):
+        return RayRuntime(
+            source, address=rt.address, resources=rt.resources,
+            startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
+        )  # fmt: skip
+    return LocalRuntime(source, env_name=name)
+
+
+def _container_runtime(
+    config: BatchConfig, rt: ContainerRuntimeConfig, batch: str | None
+) -> Provider:
+    from ..runtimes import ContainerRuntime
+
+    extra = {} if rt.ulimits is None else {"ulimits": rt.ulimits}
+    return ContainerRuntime(
+        rt.image, rt.source, command=rt.command, env_name=rt.env_name or config.taskset.env,
+        engine=rt.engine, network=rt.network, port=rt.port, env=rt.env, mounts=rt.mounts,
+        resources=rt.resources, batch=batch, labels=rt.labels, oci_runtime=rt.oci_runtime,
+        args=rt.args, startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
+        **extra,
+    )  # fmt: skip
+
+
+def _url_runtime(rt: UrlRuntimeConfig) -> Provider:
+    from ..runtimes import Runtime
+
+    token = os.environ.get(rt.token_env) if rt.token_env else None
+    if rt.token_env and not token:
+        message = f"{rt.token_env} is not set (the server's token)"
+        raise BatchConfigError([ConfigProblem(path="runtime.token_env", message=message)])
+    return Runtime(rt.url, token=token)
 
 
 # -- loading ----------------------------------------------------------------------------

@@ -22,7 +22,14 @@ from typing import Any
 
 import orjson
 
-from ._config import BatchConfig, ContainerRuntimeConfig, PythonAgentEntry, UrlRuntimeConfig
+from ._config import (
+    BatchConfig,
+    BatchConfigError,
+    ContainerRuntimeConfig,
+    PythonAgentEntry,
+    UrlRuntimeConfig,
+    build_runtime,
+)
 
 __all__ = ["Loaded", "load"]
 
@@ -46,21 +53,10 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
 
-def env_source(config: BatchConfig) -> str | None:
-    """The host path of the environment's Python source, if there is one to import."""
-    ts = config.taskset
-    if ts.env_source is not None:
-        return config.resolve(ts.env_source)
-    source = Path(config.resolve(ts.source))
-    if source.suffix == ".py" or (source.is_dir() and any(source.glob("*.py"))):
-        return str(source)
-    return None
-
-
 async def load(config: BatchConfig) -> Loaded:
     """Load the rows, then the environment the runtime will serve (see the module doc)."""
     runtime = config.runtime
-    host_env = env_source(config)
+    host_env = config.env_source()
     remote = isinstance(runtime, UrlRuntimeConfig) or (
         isinstance(runtime, ContainerRuntimeConfig) and config.taskset.env_source is None
     )
@@ -73,7 +69,7 @@ async def load(config: BatchConfig) -> Loaded:
             )
         return loaded
     if isinstance(runtime, UrlRuntimeConfig):
-        await _ask_server(loaded, runtime)
+        await _ask_server(loaded, config, runtime.url)
     else:
         await _ask_container(config, loaded)
     return loaded
@@ -148,53 +144,35 @@ async def _run_probe(request: dict[str, Any], cwd: Path) -> dict[str, Any]:
 # -- through an endpoint ----------------------------------------------------------------
 
 
-async def _ask_server(loaded: Loaded, runtime: UrlRuntimeConfig) -> None:
-    from ..runtimes import Runtime
-
-    token = os.environ.get(runtime.token_env) if runtime.token_env else None
-    if runtime.token_env and not token:
-        loaded.env_error = f"{runtime.token_env} is not set (the server's token)"
+async def _ask_server(loaded: Loaded, config: BatchConfig, url: str) -> None:
+    try:
+        runtime = build_runtime(config)
+    except BatchConfigError as exc:
+        loaded.env_error = exc.problems[0].message
         return
-    loaded.loaded_in = f"the server at {runtime.url}"
-    await _ask(loaded, Runtime(runtime.url, token=token), None)
+    loaded.loaded_in = f"the server at {url}"
+    await _ask(loaded, runtime, None)
 
 
 async def _ask_container(config: BatchConfig, loaded: Loaded) -> None:
+    from .._errors import RuntimeLaunchError
+    from ..runtimes import ContainerRuntime
     from ..tasks import Task
 
     assert loaded.rows is not None
     if not loaded.rows:
         loaded.env_error = "no rows to start a probe container for"
         return
-    runtime = _container(config)
+    try:
+        runtime = build_runtime(config, batch=f"plan-{config.digest()[:12]}")
+    except (RuntimeLaunchError, ValueError) as exc:  # no engine, a malformed option
+        loaded.env_error = str(exc)
+        return
+    assert isinstance(runtime, ContainerRuntime)
     task = Task.model_validate(loaded.rows[0])
     loaded.loaded_in = "a probe container (removed after)"
     async with runtime:
         await _ask(loaded, runtime, task)
-
-
-def _container(config: BatchConfig) -> Any:
-    from ..runtimes import ContainerRuntime
-
-    rt = config.runtime
-    assert isinstance(rt, ContainerRuntimeConfig)
-    return ContainerRuntime(
-        rt.image,
-        rt.source,
-        command=rt.command,
-        env_name=rt.env_name or config.taskset.env,
-        engine=rt.engine,
-        network=rt.network,
-        port=rt.port,
-        env=rt.env,
-        mounts=rt.mounts,
-        resources=rt.resources,
-        batch=f"plan-{config.digest()[:12]}",
-        oci_runtime=rt.oci_runtime,
-        args=rt.args,
-        startup_timeout=rt.startup_timeout,
-        stop_timeout=rt.stop_timeout,
-    )
 
 
 async def _ask(loaded: Loaded, provider: Any, task: Any) -> None:

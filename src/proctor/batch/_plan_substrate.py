@@ -74,8 +74,10 @@ async def check_substrate(
     details: dict[str, Any] = {"runtime": config.runtime.kind, "wave": wave}
     details["host"] = _host(config, rows, wave, problems)
     rt = config.runtime
-    if isinstance(rt, SandboxRuntimeConfig) and shutil.which("bwrap") is None:
-        problems.append("bwrap not found on PATH: install bubblewrap (apt-get install bubblewrap)")
+    if isinstance(rt, SandboxRuntimeConfig) and shutil.which(rt.bwrap) is None:
+        problems.append(
+            f"{rt.bwrap} not found on PATH: install bubblewrap (apt-get install bubblewrap)"
+        )
     python = getattr(rt, "python", None)
     if python and shutil.which(python) is None:
         problems.append(f"python {python!r}: not found")
