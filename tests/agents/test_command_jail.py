@@ -109,6 +109,25 @@ def test_environment_is_an_allowlist_extended_by_name(monkeypatch: pytest.Monkey
     assert extended["MY_SETTING"] == "on" and extended["X"] == "1"
 
 
+def test_addresses_the_jail_forwards() -> None:
+    from proctor._urls import http_unix_url
+    from proctor.agents._jail import Routes
+
+    routes = Routes()
+    mcp = http_unix_url("/tmp/proctor-fwd-x/1.sock", "/mcp")
+    assert routes.url(mcp) == http_unix_url("/run/proctor/u0.sock", "/mcp")
+    assert routes.url("unix:///tmp/proctor-fwd-x/0.sock") == "unix:///run/proctor/u1.sock"
+    assert routes.url("http://127.0.0.1:4000/v1") == "http://127.0.0.1:4000/v1"
+    assert routes.url("http://localhost:4000") == "http://localhost:4000"  # one listener
+    assert routes.url("https://api.example.com/v1") == "https://api.example.com/v1"  # none
+    targets = sorted((f.target, f.port) for f in routes.forwards.values())
+    assert targets == [
+        ("/tmp/proctor-fwd-x/0.sock", None),
+        ("/tmp/proctor-fwd-x/1.sock", None),
+        ("127.0.0.1:4000", 4000),
+    ]
+
+
 async def test_without_bwrap_the_run_fails_naming_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
