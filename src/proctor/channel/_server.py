@@ -50,6 +50,7 @@ MAX_FIRST_FRAME = 64 * 1024
 _LINGER = 2.0  # seconds a rejected connection stays half-open for its error frame
 _NOTIFY = object()  # reply id of a notification: executed, never answered
 _TASK_OVERHEAD = 16 * 1024  # bytes a parked task is counted beyond its start frames
+_ACCEPT_LOG_EVERY = 60.0  # seconds between two lines about accept() lacking descriptors
 
 
 class _Parked:
@@ -114,7 +115,7 @@ class Server:
         self._parked_bytes = 0
         self._buffered = 0  # bytes of unfinished frames held by all connections
         self._sockets = 0  # open socket connections (memory ones are not counted)
-        self._starved = False  # accept() is failing for want of file descriptors
+        self._accept_logged = -_ACCEPT_LOG_EVERY  # when running out of descriptors was logged
         self._connections: set[_Connection] = set()
         self._listeners: list[asyncio.Server] = []
         self._background: set[asyncio.Task[Any]] = set()
@@ -182,9 +183,10 @@ class Server:
         return any(s.fileno() == fileno for lst in self._listeners for s in lst.sockets)
 
     def _accept_failed(self, exc: BaseException | None) -> None:
-        """asyncio could not accept (no descriptor left): one log line per episode."""
-        if not self._starved:
-            self._starved = True
+        """asyncio could not accept (no descriptor left): one log line a minute at most."""
+        now = asyncio.get_running_loop().time()
+        if now - self._accept_logged >= _ACCEPT_LOG_EVERY:
+            self._accept_logged = now
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             log.warning("cannot accept connections (%s); retrying every second", reason)
 
@@ -312,7 +314,6 @@ class _Connection(Pipe):
         super().connection_made(transport)
         server = self.server
         if self.remote:
-            server._starved = False
             if server._sockets >= server.max_connections:
                 self.refuse(error_frame(None, INVALID_REQUEST, "server busy: too many connections"))
                 return
