@@ -188,6 +188,15 @@ async def test_an_unknown_template_and_bad_args_are_named(tmp_path: Path) -> Non
     assert "unknown argument(s) 'txt'" in problems["bad-name"]
 
 
+async def test_many_problems_are_counted_past_the_first_twenty(tmp_path: Path) -> None:
+    rows = [{"env": "mini", "id": "nope", "slug": f"n{i}"} for i in range(25)]
+    workspace(tmp_path, rows)
+    plan = await aplan(write_json(tmp_path, config(expected_rollouts=25)))
+    reason = failed(plan)["environment"]
+    assert reason.count("no template 'nope'") == 20 and reason.endswith("; and 5 more")
+    assert len(plan.check("environment").details["row_problems"]) == 20
+
+
 async def test_a_version_mismatch_is_named(tmp_path: Path) -> None:
     plan = await plan_of(tmp_path, config(environment_version="2.0.0"))
     assert failed(plan) == {

@@ -174,7 +174,7 @@ def _unparsed(path: Path, exc: BatchConfigError) -> Plan:
         config=str(path),
         config_digest=None,
         batch=None,
-        checks=[first, *skipped],
+        checks=_scrubbed([first, *skipped]),
         rollouts={"total": 0, "enabled": 0, "expected": 0},
         projected_concurrency=0,
         projected_cost_usd=None,
@@ -182,9 +182,9 @@ def _unparsed(path: Path, exc: BatchConfigError) -> Plan:
     )
 
 
-def _named(items: list[str], more: str = "more") -> str:
+def _named(items: list[str]) -> str:
     shown = "; ".join(items[:_SHOWN])
-    return shown + (f"; and {len(items) - _SHOWN} {more}" if len(items) > _SHOWN else "")
+    return shown + (f"; and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
 
 
 def _result(name: str, problems: list[str], passed: str, details: dict[str, Any]) -> Check:
