@@ -371,6 +371,24 @@ async def test_an_unknown_model_id_at_the_catalog_is_named(
     assert (await plan_of(tmp_path, data, skip_model_check=True)).ok
 
 
+async def test_an_anthropic_catalog_is_read_with_its_own_headers(
+    tmp_path: Path, fake: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    data = config(
+        agents=[
+            {"kind": "tool", "model": f"anthropic/fake-model@{fake.origin}"},
+            {"kind": "tool", "model": f"anthropic/claude-nope@{fake.origin}"},
+        ],
+        expected_rollouts=6,
+    )
+    plan = await plan_of(tmp_path, data)
+    assert failed(plan) == {
+        "models": f"model 'claude-nope' is not in the catalog at {fake.origin}/v1/models"
+    }
+    assert FAKE_KEY not in plan.to_json()
+
+
 async def test_an_unpriced_model_with_a_cost_cap_is_named(
     tmp_path: Path, fake: FakeModelServer
 ) -> None:
