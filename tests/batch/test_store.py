@@ -507,6 +507,8 @@ def test_the_index_filters_sorts_and_pages(tmp_path: Path) -> None:
     assert all(r["error_type"] == "TaskError" and r["reward"] is None for r in failed)
     assert [r["repeat"] for r in list_rollouts(out, model="m2")] == [0, 1, 2, 3, 4]
     assert len(list_rollouts(out, status=["queued", "failed"], limit=None)) == 9
+    assert [r["status"] for r in list_rollouts(out, ended=False)] == ["queued"] * 5
+    assert len(list_rollouts(out, ended=True, model="m1", limit=None)) == 10
     with pytest.raises(ValueError):
         list_rollouts(out, order_by="id; DROP TABLE rollouts")
 

@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "COLUMNS",
+    "ENDED",
     "FILTERABLE",
     "SORTABLE",
     "apply_changes",
@@ -21,6 +22,7 @@ __all__ = [
     "count_rows",
     "get_offset",
     "query_rows",
+    "where_clause",
 ]
 
 COLUMNS = (
@@ -43,6 +45,8 @@ COLUMNS = (
     "ended_at",
 )
 SORTABLE = frozenset(COLUMNS)
+ENDED = frozenset({"completed", "failed", "interrupted"})
+"""The statuses a rollout ends in (`TERMINAL` in `proctor.batch`)."""
 FILTERABLE = ("status", "task", "agent", "model", "phase", "error_phase", "attempt")
 
 _SCHEMA = """
@@ -133,7 +137,7 @@ def query_rows(
     """Rows matching `filters` (column -> value, or a list of values), sorted, one page."""
     if order_by not in SORTABLE:
         raise ValueError(f"cannot sort by {order_by!r}; one of {sorted(SORTABLE)}")
-    where, args = _where(filters)
+    where, args = where_clause(filters)
     sql = f"SELECT {', '.join(COLUMNS)} FROM rollouts{where} ORDER BY {order_by} "
     sql += "DESC" if descending else "ASC"
     sql += ", seq ASC LIMIT ? OFFSET ?"
@@ -145,15 +149,22 @@ def count_rows(db: sqlite3.Connection, filters: Mapping[str, Any], group_by: str
     """How many rows match `filters`, by the value of column `group_by`."""
     if group_by not in SORTABLE:
         raise ValueError(f"cannot group by {group_by!r}; one of {sorted(SORTABLE)}")
-    where, args = _where(filters)
+    where, args = where_clause(filters)
     sql = f"SELECT {group_by}, COUNT(*) FROM rollouts{where} GROUP BY {group_by}"
     return {key: n for key, n in db.execute(sql, args)}
 
 
-def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
+def where_clause(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """A ` WHERE ...` clause and its arguments for `filters` (see `query_rows`)."""
     clauses: list[str] = []
     args: list[Any] = []
     for col, value in filters.items():
+        if col == "ended":
+            if value is not None:
+                test = "status IN ({})" if value else "(status IS NULL OR status NOT IN ({}))"
+                clauses.append(test.format(", ".join("?" * len(ENDED))))
+                args += sorted(ENDED)
+            continue
         if col not in FILTERABLE:
             raise ValueError(f"cannot filter on {col!r}; one of {list(FILTERABLE)}")
         if value is None:

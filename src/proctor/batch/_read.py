@@ -33,6 +33,7 @@ def list_rollouts(
     phase: Filter = None,
     error_phase: Filter = None,
     attempt: Filter = None,
+    ended: bool | None = None,
     order_by: str = "seq",
     descending: bool = False,
     limit: int | None = 100,
@@ -40,7 +41,9 @@ def list_rollouts(
 ) -> list[dict[str, Any]]:
     """One page of index rows, filtered and sorted.
 
-    Each filter is a value or a list of values (None: no filter). A row has `id`,
+    Each filter is a value or a list of values (None: no filter); `ended` keeps the
+    rollouts that ended (`TERMINAL` statuses), or with False those that did not
+    (queued, or in flight when a runner died: what a resume looks at). A row has `id`,
     `seq` (plan order), `task`, `agent`, `model`, `repeat`, `status`, `phase`,
     `attempt`, `reward`, `error_phase`, `error_type`, `cost`, `input_tokens`,
     `output_tokens`, `started_at`, `ended_at`; any of them can be `order_by`. Ties
@@ -58,6 +61,7 @@ def list_rollouts(
         "phase": phase,
         "error_phase": error_phase,
         "attempt": attempt,
+        "ended": ended,
     }
     db = _connect(path)
     try:

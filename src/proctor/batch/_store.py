@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 LAYOUT_VERSION = 1
-TERMINAL = frozenset({"completed", "failed", "interrupted"})
+TERMINAL = _index.ENDED
 Durability = Literal["default", "strict"]
 Redact = Callable[[bytes], bytes]
 
@@ -521,11 +521,8 @@ class BatchStore:
         ).fetchone()[0]
 
     def _reconcile_unfinished(self) -> None:
-        marks = ", ".join("?" * len(TERMINAL))
-        rows = self._db.execute(
-            f"SELECT id, status FROM rollouts WHERE status IS NULL OR status NOT IN ({marks})",
-            sorted(TERMINAL),
-        ).fetchall()
+        where, args = _index.where_clause({"ended": False})
+        rows = self._db.execute(f"SELECT id, status FROM rollouts{where}", args).fetchall()
         if not rows:
             return
         # One listing, not one failed open per queued rollout of a large batch.
