@@ -8,10 +8,11 @@ import json
 import os
 import socket
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import TIMEOUT, frame, until
+from conftest import TIMEOUT, Probe, build_env, frame, until
 
 from proctor import (
     ChannelClosed,
@@ -22,6 +23,7 @@ from proctor import (
     RemoteError,
     TaskCancelled,
 )
+from proctor._urls import http_unix_url, unix_path
 from proctor.channel import Server, connect
 from proctor.channel._client import Client
 from proctor.env import Capability
@@ -403,3 +405,45 @@ async def test_interruptions_are_task_cancelled_whoever_says_them(fake, message:
     async with connect(await fake(reply)) as client:
         with pytest.raises(TaskCancelled):
             await client.start_task("t")
+
+
+async def _unix_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+async def test_a_unix_capability_is_forwarded_on_a_private_unix_socket(tmp_path) -> None:
+    path = str(tmp_path / "echo.sock")
+    daemon = await asyncio.start_unix_server(_unix_echo, path)
+    caps = [
+        Capability("raw", "echo/1", f"unix://{path}"),
+        Capability("web", "http", http_unix_url(path, "/mcp?x=1")),
+    ]
+    server = Server(build_env(Probe(), caps))
+    try:
+        async with connect(server) as client:
+            raw, web = client.binding("raw"), client.binding("web")
+            assert raw.url.startswith("unix:///") and web.url.startswith("http+unix://%2F")
+            assert web.url.endswith("/mcp?x=1")
+            sockets = [Path(str(unix_path(raw.url))), Path(str(unix_path(web.url)))]
+            assert Path(path) not in sockets
+            directory = sockets[0].parent
+            assert sockets[1].parent == directory
+            assert directory.stat().st_mode & 0o777 == 0o700
+            for sock in sockets:
+                reader, writer = await asyncio.open_unix_connection(sock)
+                writer.write(b"through a unix tunnel")
+                writer.write_eof()
+                assert await asyncio.wait_for(reader.read(), TIMEOUT) == b"through a unix tunnel"
+                writer.close()
+        assert not directory.exists()  # removed with the client
+    finally:
+        await server.aclose()
+        daemon.close()
+        await daemon.wait_closed()
