@@ -19,6 +19,7 @@ one `syncfs` per window (0.2 s), the same trade a database makes with a group co
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import threading
@@ -647,8 +648,6 @@ class RolloutRecorder:
         Raises:
             ValueError: `name` is not a plain file name.
         """
-        import hashlib
-
         if not _ARTIFACT.fullmatch(name) or name in (".", "..", "SHA256SUMS"):
             raise ValueError(f"bad artifact name {name!r}")
         folder = self._dir("artifacts")
