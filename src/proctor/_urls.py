@@ -61,6 +61,6 @@ def with_unix_path(url: str, socket_path: str) -> str:
     if scheme == "unix":
         return f"unix://{socket_path}"
     if scheme.endswith("+unix"):
-        tail = rest.split("/", 1)[1] if "/" in rest else ""
-        return http_unix_url(socket_path, "/" + tail, scheme.removesuffix("+unix"))
+        _, slash, tail = rest.partition("/")
+        return f"{scheme}://{quote(socket_path, safe='')}{slash}{tail}"
     raise ValueError(f"{url!r} is not a Unix socket URL")

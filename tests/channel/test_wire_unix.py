@@ -15,6 +15,7 @@ import pytest
 from conftest import TIMEOUT, Probe, build_env
 
 from proctor import ConnectError, ConnectTimeout
+from proctor._urls import http_unix_url, unix_path, with_unix_path
 from proctor.channel import Server, connect
 from proctor.channel._client import dialer_for
 from proctor.env import Capability
@@ -161,3 +162,29 @@ def test_serve_names_a_unix_path_it_cannot_bind(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert f"cannot listen on unix://{path}" in done.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "socket_path"),
+    [
+        ("unix:///run/a b/shell.sock", "/run/a b/shell.sock"),
+        (http_unix_url("/tmp/d/mcp.sock", "/mcp?x=1"), "/tmp/d/mcp.sock"),
+        ("https+unix://%2Fs.sock", "/s.sock"),
+        ("tcp://127.0.0.1:9", None),
+        ("http://127.0.0.1:9/mcp", None),
+    ],
+)
+def test_capability_urls_name_their_unix_socket(url: str, socket_path: str | None) -> None:
+    assert unix_path(url) == socket_path
+    if socket_path is not None:
+        moved = with_unix_path(url, "/p/1.sock")
+        assert unix_path(moved) == "/p/1.sock"
+        assert moved.split("://")[0] == url.split("://")[0]  # the scheme stays
+        assert moved.partition("%2F1.sock")[2] == url.partition(".sock")[2]  # so does the path
+
+
+def test_unix_urls_need_an_absolute_path() -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        unix_path("unix://relative.sock")
+    with pytest.raises(ValueError, match="not a Unix socket URL"):
+        with_unix_path("tcp://127.0.0.1:9", "/p.sock")
