@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from proctor import Environment, SourceError, Task, connect
+from proctor import Environment, RemoteError, SourceError, Task, connect
 from proctor.agents import agent_from_fn
 from proctor.engine import rollout
 from proctor.runtimes import Endpoint, LocalRuntime, Runtime, find_environment
@@ -281,8 +281,11 @@ async def test_in_process_endpoint_binds_a_loopback_listener_only_on_demand() ->
         assert endpoint.server is not None and endpoint.target is endpoint.server
         url = await endpoint.tcp_url()
         assert url.startswith("tcp://127.0.0.1:") and await endpoint.tcp_url() == url
-        async with connect(url, ready_timeout=2) as client:
+        async with connect(url, ready_timeout=2, token=endpoint.token) as client:
             assert client.manifest is not None and client.manifest.env_name == "local-rt"
+        with pytest.raises(RemoteError, match="unauthorized"):  # not open to other users
+            async with connect(url, ready_timeout=2):
+                pass
     port = int(url.rsplit(":", 1)[1])
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
@@ -300,4 +303,4 @@ async def test_tcp_endpoint_and_url_runtime() -> None:
 async def test_url_runtime_against_an_in_process_listener() -> None:
     async with LocalRuntime(env)(TASK) as endpoint:
         url = await endpoint.tcp_url()
-        await graded(Runtime(url))
+        await graded(Runtime(url, token=endpoint.token))

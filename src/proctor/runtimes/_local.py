@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -32,7 +33,9 @@ class LocalRuntime(Provider):
     arrives and stops (shutdown hooks) when the last one leaves; enter the runtime as
     an async context manager to keep one server up across a whole batch. Environment
     code shares this event loop, so blocking code stalls other rollouts: use
-    `SubprocessRuntime` for isolation.
+    `SubprocessRuntime` for isolation. The server requires a fresh token (in the
+    `Endpoint`), so the loopback listener `Endpoint.tcp_url()` may bind is not open to
+    other local users.
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class LocalRuntime(Provider):
         self._park_ttl = park_ttl
         self._env: Environment | None = None
         self._server: Server | None = None
+        self._token: str | None = None
         self._users = 0
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -57,7 +61,7 @@ class LocalRuntime(Provider):
     async def _endpoint(self, env_name: str) -> AsyncIterator[Endpoint]:
         server = await self._acquire(env_name)
         try:
-            yield Endpoint(f"memory://{server.env.name}", server)
+            yield Endpoint(f"memory://{server.env.name}", server, token=self._token)
         finally:
             await asyncio.shield(self._release())
 
@@ -82,7 +86,9 @@ class LocalRuntime(Provider):
                     await env.start()
                 except Exception as exc:
                     raise RuntimeLaunchError(f"{env.name}: initialize failed: {exc!r}") from exc
-                self._server = Server(env, park_ttl=self._park_ttl or DEFAULT_PARK_TTL)
+                self._token = secrets.token_urlsafe(32)
+                park_ttl = self._park_ttl or DEFAULT_PARK_TTL
+                self._server = Server(env, park_ttl=park_ttl, token=self._token)
             self._check(self._server.env, env_name)
             self._users += 1
             return self._server
