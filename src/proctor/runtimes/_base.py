@@ -28,7 +28,8 @@ class Endpoint:
     url: str
     server: Server | None = None
     token: str | None = field(default=None, repr=False)
-    """Shared secret for a server bound beyond loopback (kept out of reprs and logs)."""
+    """The server's shared secret (kept out of reprs and logs). Every server a runtime
+    starts has a fresh one, on loopback too, where any local user could connect."""
 
     @property
     def target(self) -> str | Server:
@@ -65,7 +66,8 @@ class Runtime(Provider):
 
     Args:
         url: `tcp://host:port` of the server.
-        token: its shared secret, when it is bound beyond loopback.
+        token: its shared secret, if it requires one (a user's own `proctor serve` on
+            loopback may not).
     """
 
     def __init__(self, url: str, *, token: str | None = None) -> None:
