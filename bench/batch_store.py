@@ -10,7 +10,9 @@ each one does what the executor does for a trivial scripted rollout: `begin`, th
 answer step, the grade, timings), and finally `close` (index committed, final
 `batch-state.json`, filesystem synced). Figures per row:
 
-- rollouts/s: N over the wall time from the first `begin` to the end of `close`;
+- rollouts/s: N over the wall time from the first `begin` to the end of `close`, and
+  `in loop` without `close` (whose final snapshot, sync and WAL checkpoint are a
+  fixed cost that weighs on small batches);
 - CPU us/rollout: process CPU (the flush thread included) over the same span, and
   the wall time per rollout of the first and the last tenth (flat means no growth);
 - RSS: peak resident set (ru_maxrss) of the row's interpreter;
@@ -135,6 +137,7 @@ def run_row(n: int, durability: str, parent: str, keep: bool) -> dict[str, Any]:
         rec = store.begin(a)
         rec.finish("completed", **_record(i, time.time()))
     marks.append(time.perf_counter())
+    loop = marks[-1] - t1
     store.close()
     wall, cpu = time.perf_counter() - t1, time.process_time() - cpu0
     apparent, allocated, by_part = _disk(out)
@@ -146,6 +149,8 @@ def run_row(n: int, durability: str, parent: str, keep: bool) -> dict[str, Any]:
         "plan_s": plan_s,
         "wall_s": wall,
         "rate": n / wall,
+        "loop_rate": n / loop,
+        "close_s": wall - loop,
         "cpu_us": cpu / n * 1e6,
         "first_tenth_us": (marks[1] - marks[0]) / tenth * 1e6,
         "last_tenth_us": (marks[-1] - marks[-2]) / (n - tenth * (len(marks) - 2)) * 1e6,
@@ -159,7 +164,7 @@ def run_row(n: int, durability: str, parent: str, keep: bool) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]], load: tuple[tuple[float, ...], tuple[float, ...]]) -> str:
     head = (
-        f"{'rollouts':>9} {'mode':>8} {'rollouts/s':>11} {'CPU us/r':>9} "
+        f"{'rollouts':>9} {'mode':>8} {'rollouts/s':>11} {'in loop':>8} {'CPU us/r':>9} "
         f"{'first/last 10% us/r':>20} {'RSS MB':>7} {'apparent B/r':>13} {'allocated B/r':>14}"
         "  budgets"
     )
@@ -171,7 +176,8 @@ def _table(rows: list[dict[str, Any]], load: tuple[tuple[float, ...], tuple[floa
             "rss ok" if r["rss_mb"] < BUDGET_RSS_MB else "rss over",
         ]
         lines.append(
-            f"{r['n']:>9,} {r['durability']:>8} {r['rate']:>11,.0f} {r['cpu_us']:>9.0f} "
+            f"{r['n']:>9,} {r['durability']:>8} {r['rate']:>11,.0f} {r['loop_rate']:>8,.0f} "
+            f"{r['cpu_us']:>9.0f} "
             f"{r['first_tenth_us']:>9.0f} / {r['last_tenth_us']:<8.0f} {r['rss_mb']:>7.0f} "
             f"{r['apparent_per_rollout']:>13,.0f} {r['allocated_per_rollout']:>14,.0f}"
             f"  {', '.join(ok)}"
