@@ -106,7 +106,8 @@ def test_one_writer_at_a_time(tmp_path: Path) -> None:
 
 
 def test_a_new_batch_writes_its_config_once_with_the_layout_version(tmp_path: Path) -> None:
-    with BatchStore.create(tmp_path / "out", {"config": {"max_concurrency": 4}}) as store:
+    config = {"config": {"max_concurrency": 4}, "layout_version": 0}
+    with BatchStore.create(tmp_path / "out", config) as store:
         assert store.batch["layout_version"] == batch.LAYOUT_VERSION
     doc = batch.read_batch(tmp_path / "out")
     assert doc["config"] == {"max_concurrency": 4}

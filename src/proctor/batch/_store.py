@@ -224,6 +224,7 @@ class BatchStore:
             ) from None
         os.mkdir(os.path.join(root, "rollouts"))
         doc = {"layout_version": LAYOUT_VERSION, "created_at": time.time(), **batch}
+        doc["layout_version"] = LAYOUT_VERSION  # first in the file, and never the caller's
         store = cls(
             root,
             doc,
