@@ -111,9 +111,12 @@ class Outcome:
 def proctor_server(
     peers_python: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ProctorServer]:
-    """`python -m proctor.serve proctor_env.py` on an ephemeral port (skips without peers)."""
+    """`python -m proctor.serve proctor_env.py --legacy-resume` on an ephemeral port (skips
+    without peers)."""
     stderr = tmp_path_factory.mktemp("proctor-serve") / "stderr.log"
-    argv = [sys.executable, "-m", "proctor.serve", str(PROCTOR_ENV), "--port", "0"]
+    # HUD's clients resume parked sessions without a resume_token and adopt by a bare grade.
+    argv = [sys.executable, "-m", "proctor.serve", str(PROCTOR_ENV), "--port", "0",
+            "--legacy-resume"]  # fmt: skip
     with (
         stderr.open("wb") as err,
         spawned(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err) as proc,
