@@ -185,7 +185,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         result = run_async(_grade(args.url, answer, session_id, secret, args.ready_timeout, token))
     except RemoteError as exc:
         if session_id is not None and exc.message.startswith("hello: unknown session"):
-            forget(session_id)
+            if secret is not None:  # what we kept for this URL is useless now
+                forget(session_id)
             whose = "" if secret else " (no resume token of yours is kept for it)"
             raise CLIError(
                 f"cannot resume session {session_id}{whose}: graded, expired, or not yours"
@@ -196,7 +197,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
             )
             raise CLIError(hint) from None
         raise
-    if session_id is not None:
+    if secret is not None and session_id is not None:
         forget(session_id)
     if args.json:
         print_json(result)
