@@ -46,7 +46,7 @@ class SubprocessRuntime(Provider):
     port. Other output goes to `log` (a file path) or the `proctor.runtimes.subprocess`
     logger at DEBUG. The child leads its own process group, which is terminated (then
     killed after `stop_timeout`) on exit; if this process dies first, the child gets
-    SIGTERM (a parent-death signal).
+    SIGTERM (a parent-death signal, on Linux).
 
     Each rollout's server requires a fresh token (returned in the `Endpoint`), so other
     local users cannot use its loopback port. A cold child reads it from
@@ -349,12 +349,15 @@ class _ChildProtocol(asyncio.SubprocessProtocol):
         self.child.no_port()  # exited and every pipe closed: no more output is coming
 
 
-def _die_with(parent: int) -> Callable[[], None]:
+def _die_with(parent: int) -> Callable[[], None] | None:
     """A `preexec_fn` giving the child SIGTERM when `parent` dies (PR_SET_PDEATHSIG).
 
     The kernel sends it when the *thread* that forked exits: here the event loop's, which
-    outlives every child it started (each is stopped before its rollout ends).
+    outlives every child it started (each is stopped before its rollout ends). Linux
+    only (elsewhere None: no such signal).
     """
+    if sys.platform != "linux":
+        return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
 
     def preexec() -> None:
