@@ -591,3 +591,12 @@ async def test_a_task_overrides_the_tmpfs_and_file_size_limits() -> None:
     assert json.loads(small.prompt)["error"] == "ENOSPC"
     assert json.loads(big.prompt) == {"megabytes": 100, "error": ""}
     assert json.loads(capped.prompt) == {"megabytes": 16, "error": "EFBIG"}
+
+
+def test_the_defaults_are_documented_and_none_lifts_one() -> None:
+    default = SandboxRuntime(SOURCE).limits
+    assert (default.memory, default.processes) == (2 << 30, 256)
+    assert (default.file_size, default.tmpfs) == (1 << 30, 512 << 20)
+    assert default.cpu_time is None and default.wall_time is None
+    lifted = SandboxRuntime(SOURCE, limits={"memory": None, "tmpfs": "1G"}).limits
+    assert lifted.memory is None and lifted.tmpfs == 1 << 30 and lifted.processes == 256
