@@ -53,7 +53,8 @@ local user, could otherwise reach its socket or port.
 Teardown: the server is the first process of the sandbox's pid namespace; SIGTERM runs
 its shutdown hooks, SIGKILL after `stop_timeout` ends it, and the kernel then kills
 every other process in the namespace. A dead parent takes the sandbox with it
-(`--die-with-parent`).
+(`--die-with-parent`), and the runtime's host folder (`proctor-sandbox-PID-START-*`)
+is removed by the next runtime to start, or by `SandboxRuntime.reconcile()`.
 
 `warm=True`: one sandbox runs a zygote that loaded the source once; each rollout is a
 child forked from it that then unshares its own user, mount, pid, IPC, UTS and cgroup
