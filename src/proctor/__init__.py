@@ -33,6 +33,7 @@ _EXPORTS = {
     "TaskCancelled": "._errors",
     "TaskError": "._errors",
     "TasksetError": "._errors",
+    "TeardownError": "._errors",
     "TemplateError": "._errors",
     "WorkerLost": "._errors",
     # authoring
@@ -121,6 +122,7 @@ if TYPE_CHECKING:
         TaskCancelled,
         TaskError,
         TasksetError,
+        TeardownError,
         TemplateError,
         WorkerLost,
     )

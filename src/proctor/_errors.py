@@ -17,7 +17,8 @@ ProctorError
 ├── RuntimeLaunchError     a runtime could not bring its substrate up
 ├── RolloutError           a rollout failed outside the environment's grading
 │   ├── RolloutTimeout     a deadline fired; names the phase and the limit
-│   └── WorkerLost         the worker running a rollout died (its process or node)
+│   ├── WorkerLost         the worker running a rollout died (its process or node)
+│   └── TeardownError      the environment's shutdown hooks failed as its substrate stopped
 ├── HttpError              an HTTP exchange failed below the status line
 │   ├── HttpConnectError   could not connect (refused, DNS, TLS)
 │   ├── HttpReadError      the peer reset or closed mid-response, or sent garbage
@@ -61,6 +62,7 @@ __all__ = [
     "TaskCancelled",
     "TaskError",
     "TasksetError",
+    "TeardownError",
     "TemplateError",
     "WorkerLost",
 ]
@@ -143,6 +145,10 @@ class RolloutTimeout(RolloutError, TimeoutError):
 
 class WorkerLost(RolloutError):
     """The worker running a rollout died (its process or its node) mid-rollout."""
+
+
+class TeardownError(RolloutError):
+    """The environment's shutdown hooks failed when its substrate stopped."""
 
 
 class HttpError(ProctorError):

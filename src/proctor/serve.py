@@ -17,7 +17,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-from ._errors import ProctorError
+from ._errors import ProctorError, TeardownError
 from .channel._server import DEFAULT_PARK_TTL, Server
 from .env._environment import Environment
 
@@ -25,6 +25,10 @@ __all__ = ["main", "serve"]
 
 PORT_PREFIX = "PROCTOR_SERVE_PORT="
 UNIX_PREFIX = "PROCTOR_SERVE_UNIX="
+# On stderr when a shutdown hook failed: `PROCTOR_TEARDOWN_ERROR=<pid> <type>: <message>`,
+# so the runtime that stopped this process can record it on the rollout.
+TEARDOWN_PREFIX = "PROCTOR_TEARDOWN_ERROR="
+SHUTDOWN_FAILED = "environment shutdown failed: "  # a TeardownError's message starts so
 
 
 def _announce(port: int) -> None:
@@ -45,6 +49,7 @@ async def serve(
     unix: str | socket.socket | None = None,
     token: str | None = None,
     park_ttl: float = DEFAULT_PARK_TTL,
+    legacy_resume: bool = False,
     announce: Callable[[int], None] = _announce,
     announce_unix: Callable[[str], None] = _announce_unix,
 ) -> None:
@@ -62,7 +67,7 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await env.start()
-    server = Server(env, token=token, park_ttl=park_ttl)
+    server = Server(env, token=token, park_ttl=park_ttl, legacy_resume=legacy_resume)
     try:
         if isinstance(unix, str):
             announce_unix(await server.listen_unix(unix))
@@ -76,7 +81,13 @@ async def serve(
         try:
             await server.aclose()
         finally:
-            await env.stop()
+            try:
+                await env.stop()
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:2000]
+                sys.stderr.write(f"{TEARDOWN_PREFIX}{os.getpid()} {why}\n")
+                sys.stderr.flush()
+                raise TeardownError(SHUTDOWN_FAILED + why) from exc
 
 
 def _announce_json(host: str, env: Environment) -> Callable[[int], None]:
@@ -116,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         help="name of the environment variable holding the shared token (removed once read)",
     )
     parser.add_argument("--park-ttl", type=float, default=DEFAULT_PARK_TTL)
+    parser.add_argument(
+        "--legacy-resume",
+        action="store_true",
+        help="HUD's resume rules: no resume_token needed, a bare grade adopts the parked task",
+    )
     args = parser.parse_args(argv)
     return run_server(
         args.source,
@@ -125,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         args.token_env,
         args.park_ttl,
         unix=args.unix,
+        legacy_resume=args.legacy_resume,
     )
 
 
@@ -137,6 +154,7 @@ def run_server(
     park_ttl: float = DEFAULT_PARK_TTL,
     json_out: bool = False,
     unix: str | None = None,
+    legacy_resume: bool = False,
 ) -> int:
     """Load and serve a source; print one clear line and return 1 on a user error.
 
@@ -162,6 +180,7 @@ def run_server(
                 unix=unix,
                 token=token,
                 park_ttl=park_ttl,
+                legacy_resume=legacy_resume,
                 announce=_announce_json(host, env) if json_out else _announce,
                 announce_unix=_announce_unix_json(env) if json_out else _announce_unix,
             )

@@ -96,8 +96,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, NoReturn
 
-from .._errors import ProctorError, RuntimeLaunchError
+from .._errors import ProctorError, RuntimeLaunchError, TeardownError
+from ..serve import SHUTDOWN_FAILED
 from ._base import Endpoint, Provider
+from ._teardown import MARK, check_teardown, parse_report
 
 if TYPE_CHECKING:
     from ..env._environment import Environment
@@ -284,6 +286,7 @@ class SandboxRuntime(Provider):
             finally:
                 if ctl is not None:
                     shutil.rmtree(ctl, ignore_errors=True)
+        check_teardown(sandbox.proc.teardown_error)
 
     @contextlib.asynccontextmanager
     async def _forked(self, task: Task) -> AsyncIterator[Endpoint]:
@@ -296,6 +299,7 @@ class SandboxRuntime(Provider):
                 yield Endpoint(url, token=child.token)
         finally:
             await child.stop(self.stop_timeout)
+        check_teardown(child.teardown_error)
 
     def _limits_for(self, task: Task) -> _Limits:
         given = (task.runtime_config or {}).get("limits") or {}
@@ -710,6 +714,7 @@ class _Proc(asyncio.SubprocessProtocol):
         self.exited = asyncio.Event()
         self.drained = asyncio.Event()  # exited, and its pipes are at EOF
         self.sink: IO[bytes] | None = None
+        self.teardown_error: str | None = None  # what a cold server's shutdown hooks said
 
     @property
     def pid(self) -> int | None:
@@ -814,6 +819,8 @@ class _Proc(asyncio.SubprocessProtocol):
         if fd == 1 and self.on_stdout(line):
             return
         if fd == 2:
+            if line.startswith(MARK):  # a cold sandbox's server (its pid is namespaced)
+                self.teardown_error = parse_report(line)[1]
             self.tail.append(line[:_TAIL_LINE])
         if self.sink is not None:
             self.sink.write(line + b"\n")
@@ -971,6 +978,7 @@ class _Forked:
         self.has_pid = asyncio.Event()
         self.gone = asyncio.Event()
         self.announced: asyncio.Future[int | None] = loop.create_future()
+        self.teardown_error: str | None = None  # what its shutdown hooks said, if they failed
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -1020,6 +1028,20 @@ class _Forked:
                 asyncio.get_running_loop().remove_reader(self.sock.fileno())
                 return
 
+    def _last_words(self) -> None:
+        """Take a teardown report the rollout left on its channel before it exited."""
+        while self.gone.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except OSError:  # nothing left (BlockingIOError) or the channel broke
+                return
+            if not data:
+                return
+            with contextlib.suppress(ValueError):
+                msg = json.loads(data)
+                if isinstance(msg, dict) and isinstance(msg.get("teardown_error"), str):
+                    self.teardown_error = msg["teardown_error"][:2000]
+
     def _fail(self, why: str) -> None:
         if not self.announced.done():
             self.announced.set_exception(RuntimeLaunchError(self.zygote.proc.why(why)))
@@ -1061,6 +1083,7 @@ class _Forked:
                 loop.remove_reader(self.pidfd)
                 os.close(self.pidfd)
             loop.remove_reader(self.sock.fileno())
+            self._last_words()
             self.sock.close()
             if not self.announced.done():
                 self.announced.cancel()
@@ -1336,6 +1359,8 @@ def _rollout(
     except BaseException as exc:
         if not announced:
             _report(channel, {"error": f"{type(exc).__name__}: {exc}"})
+        elif isinstance(exc, TeardownError):  # read by the host once we are gone
+            _report(channel, {"teardown_error": str(exc).removeprefix(SHUTDOWN_FAILED)})
         traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):

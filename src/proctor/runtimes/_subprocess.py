@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
+from ._teardown import MARK, check_teardown, parse_report
 
 if TYPE_CHECKING:
     from ..tasks._task import Task
@@ -164,6 +165,7 @@ class SubprocessRuntime(Provider):
             yield Endpoint(f"tcp://127.0.0.1:{port}", token=token)
         finally:
             await child.stop()
+        check_teardown(child.teardown_error)
 
     @contextlib.asynccontextmanager
     async def _forked(self) -> AsyncIterator[Endpoint]:
@@ -174,6 +176,7 @@ class SubprocessRuntime(Provider):
             if child.gone.is_set():
                 log.warning("environment process %s died during its rollout", child.pid)
             await child.stop()
+        check_teardown(child.teardown_error)
 
     def _warm_pool(self) -> _WarmPool:
         """This loop's pool (one used on a loop that is gone is abandoned)."""
@@ -197,6 +200,7 @@ class _Child:
         self.exited = asyncio.Event()
         self.drained = asyncio.Event()  # exited and every pipe at EOF
         self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.teardown_error: str | None = None  # what its failed shutdown hooks reported
 
     pass_fds: tuple[int, ...] = ()
     announces = "a port"
@@ -253,12 +257,19 @@ class _Child:
             self._announced(line)
             return
         if fd == 2:
+            if line.startswith(MARK):
+                self.torn_down(*parse_report(line))
             self.tail.append(line[:_TAIL_LINE])
         if self.sink is not None:
             self.sink.write(line + b"\n")
         elif log.isEnabledFor(logging.DEBUG):
             name = "stdout" if fd == 1 else "stderr"
             log.debug("[%s %s] %s", self.pid, name, line.decode(errors="replace"))
+
+    def torn_down(self, pid: int, why: str) -> None:
+        """The process `pid` reported failed shutdown hooks on our stderr."""
+        if pid == self.pid:
+            self.teardown_error = why
 
     def _announced(self, line: bytes) -> None:
         value = line.partition(b"=")[2].strip()
@@ -493,6 +504,7 @@ class _Zygote(_Child):
         self.pass_fds = (self._theirs.fileno(), lifeline)
         self.waiting: dict[str, _Forked] = {}
         self.abandoned: set[str] = set()  # requests given up on before any answer
+        self.serving: dict[int, _Forked] = {}  # by pid, until stopped
 
     def argv(self) -> list[str]:
         spec = self.spec
@@ -512,6 +524,12 @@ class _Zygote(_Child):
             self.port.set_result(0)
         else:
             super().line(fd, line)
+
+    def torn_down(self, pid: int, why: str) -> None:
+        # Forked children write to the zygote's stderr.
+        child = self.serving.get(pid)
+        if child is not None:
+            child.teardown_error = why
 
     async def start(self) -> int:
         try:
@@ -621,6 +639,7 @@ class _Forked:
     def __init__(self, zygote: _Zygote) -> None:
         self.zygote = zygote
         self.token = secrets.token_urlsafe(32)  # the child's server requires it
+        self.teardown_error: str | None = None  # what its failed shutdown hooks reported
         self.pid: int | None = None
         self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.gone = asyncio.Event()
@@ -631,6 +650,7 @@ class _Forked:
         if self.pid is not None:
             return
         self.pid = pid
+        self.zygote.serving[pid] = self
         try:
             self._pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -675,6 +695,11 @@ class _Forked:
                         asyncio.get_running_loop().remove_reader(self._pidfd)
                     os.close(self._pidfd)
                     self._pidfd = -1
+        try:  # its last stderr lines are in the zygote's pipe by now: a few turns read them
+            for _ in range(3):
+                await asyncio.sleep(0)
+        finally:
+            self.zygote.serving.pop(pid, None)
 
     def signal(self, sig: int) -> None:
         """Signal the child (through its pidfd) and its process group."""
