@@ -30,7 +30,18 @@ Write with `BatchStore` (`create` a new directory, `open` to resume) and one
 `count_rollouts`, `read_rollout`, `read_events`, `read_state`, `read_batch`.
 """
 
+from ._config import (
+    Assignment,
+    BatchConfig,
+    BatchConfigError,
+    ConfigProblem,
+    build_runtime,
+    load_config,
+    parse_config,
+    rollout_id,
+)
 from ._files import JsonlReader
+from ._plan import Check, Plan, aplan, plan
 from ._read import count_rollouts, list_rollouts, read_events, read_rollout, read_state
 from ._store import (
     LAYOUT_VERSION,
@@ -46,16 +57,28 @@ from ._store import (
 __all__ = [
     "LAYOUT_VERSION",
     "TERMINAL",
+    "Assignment",
+    "BatchConfig",
+    "BatchConfigError",
     "BatchStore",
+    "Check",
+    "ConfigProblem",
     "Durability",
     "JsonlReader",
+    "Plan",
     "PlannedRollout",
     "RolloutRecorder",
     "StoreError",
+    "aplan",
+    "build_runtime",
     "count_rollouts",
     "list_rollouts",
+    "load_config",
+    "parse_config",
+    "plan",
     "read_batch",
     "read_events",
     "read_rollout",
     "read_state",
+    "rollout_id",
 ]

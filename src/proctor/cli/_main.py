@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from ._batch import add_batch_parser
 from ._common import CLIError, Terminated
 
 __all__ = ["build_parser", "main"]
@@ -174,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a parked task waits to be resumed (default 3600)",
     )
     serve.add_argument(
+        "--legacy-resume",
+        action="store_true",
+        help="HUD's resume rules, for HUD clients: a parked session resumes without its "
+        "resume token and a bare 'tasks.grade' adopts the only parked task (anyone who "
+        "can connect may then take it over; see docs/wire.md)",
+    )
+    serve.add_argument(
         "--json",
         action="store_true",
         help="after the port line, print {url, host, port, env, version} as one JSON line",
@@ -328,4 +336,5 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(run)
     run.set_defaults(handler=_lazy("._run", "cmd_run"))
 
+    add_batch_parser(commands)
     return parser

@@ -23,4 +23,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.park_ttl,
         args.json,
         unix=args.unix,
+        legacy_resume=args.legacy_resume,
     )
