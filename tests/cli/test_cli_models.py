@@ -17,7 +17,7 @@ HARNESS = REPO / "tests" / "proxy" / "harness.py"
 SHELLFIX = REPO / "examples" / "shellfix"
 
 
-async def run_cli(*args: str | Path) -> tuple[int, str, str]:
+async def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """The real command in a child process, while this loop serves the fake model."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -27,6 +27,7 @@ async def run_cli(*args: str | Path) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=REPO,
+        env=None if env is None else {**os.environ, **env},
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
@@ -80,6 +81,32 @@ async def test_harness_behind_the_proxy_with_a_turn_budget(tmp_path: Path) -> No
         assert len(turns) == 2
 
 
+async def test_harness_env_passes_named_variables_and_nothing_else(tmp_path: Path) -> None:
+    source = words(tmp_path)
+    out_file = tmp_path / "runs.jsonl"
+    async with FakeModelServer() as fake:
+        code, _, err = await run_cli(
+            "run",
+            source,
+            "--harness",
+            f"{sys.executable} {HARNESS}",
+            "--harness-env",
+            "HARNESS_TURNS",
+            "--model",
+            f"vllm/served-model@{fake.url}",
+            "--output",
+            out_file,
+            env={"HARNESS_TURNS": "3", "OTHER_API_KEY": "sk-must-not-pass"},
+        )
+        assert code == 0, err
+    rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+    for row in rows:  # the harness saw HARNESS_TURNS (3 turns) and no other key
+        turns = [s for s in row["trace"]["steps"] if s["kind"] == "model_turn"]
+        assert len(turns) == 3
+        assert json.loads(row["trace"]["content"])["leaked"] == []
+    assert "sk-must-not-pass" not in out_file.read_text()
+
+
 async def test_model_alone_runs_the_tool_agent(tmp_path: Path) -> None:
     sys.path.insert(0, str(SHELLFIX))
     try:
@@ -105,6 +132,8 @@ async def test_model_alone_runs_the_tool_agent(tmp_path: Path) -> None:
 def test_model_option_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     source = words(tmp_path)
     assert_user_error(proctor("run", source, "--harness", "true"), "--harness needs --model")
+    assert_user_error(proctor("run", source, "--no-jail"), "apply to --harness")
+    assert_user_error(proctor("run", source, "--harness-env", "X"), "apply to --harness")
     assert_user_error(
         proctor("run", source, "--model", "vllm/m@http://127.0.0.1:9/v1", "--agent", "x:y"),
         "--agent cannot be combined",

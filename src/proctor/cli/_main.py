@@ -321,7 +321,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CMD",
         help="run CMD per rollout (prompt on stdin, answer on stdout) with "
         "OPENAI_BASE_URL/OPENAI_API_KEY pointing at an interception proxy in front of "
-        "--model that records and budgets every turn",
+        "--model that records and budgets every turn; it runs in a bubblewrap jail "
+        "(another uid, its own pid and network namespaces) with an allowlisted environment",
+    )
+    models.add_argument(
+        "--harness-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this variable of yours to the harness (repeatable; values never on "
+        "the command line)",
+    )
+    models.add_argument(
+        "--no-jail",
+        action="store_true",
+        help="run the harness as a plain child process: UNSAFE, it can then read this "
+        "process's environment and keys",
     )
     models.add_argument(
         "--max-turns", type=_positive_int, metavar="N", help="model turns per rollout"

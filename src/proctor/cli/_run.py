@@ -59,6 +59,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"{source} has rows for environment {', '.join(map(repr, others))} but "
                 f"{env_source} serves {served.name!r}; pass --env-source"
             )
+    if (args.harness_env or args.no_jail) and args.harness is None:
+        raise CLIError("--harness-env and --no-jail apply to --harness")
     agent, proxy = _model_agent(args) if args.model or args.harness else (None, None)
     if agent is None:
         agent = resolve_agent(args.agent, source, env_source)
@@ -189,7 +191,8 @@ def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | Non
     limits = Limits(
         max_turns=args.max_turns, max_total_tokens=args.max_tokens, max_cost=args.max_cost
     )
-    return CommandAgent(argv), InterceptionProxy(spec, limits=limits)
+    agent = CommandAgent(argv, pass_env=args.harness_env, jail=not args.no_jail)
+    return agent, InterceptionProxy(spec, limits=limits)
 
 
 def _is_python(source: str) -> bool:
