@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners, loopback_up
 
 from proctor import Task, Taskset
-from proctor.engine import Run, run_taskset
+from proctor.engine import Run, rollout, run_taskset
 from proctor.engine._ray_executor import RayExecutor
 from proctor.runtimes import LocalRuntime
 from proctor.runtimes._ray import RayRuntime
@@ -212,6 +212,17 @@ async def runtime_errors(ctx: Context) -> dict[str, Any]:
     return out
 
 
+async def failed_shutdown_hook(ctx: Context) -> dict[str, Any]:
+    source = Path(__file__).parent.parent / "runtimes" / "teardown_env.py"
+    runtime = RayRuntime(source, address=ctx.cluster.address)
+    run = await rollout(Task(env="teardown-probe", id="answer"), Echo(), runtime=runtime)
+    assert run.error is not None
+    return {
+        "reward": None if run.grade is None else run.grade.reward,
+        "error": [run.error.phase, run.error.type, run.error.message],
+    }
+
+
 async def executor_streams(ctx: Context) -> dict[str, Any]:
     gate = board()
     order: list[int] = []
@@ -330,6 +341,7 @@ SCENARIOS: list[Scenario] = [
     runtime_contract,
     runtime_placement,
     runtime_errors,
+    failed_shutdown_hook,
     executor_streams,
     executor_with_ray_runtime,
     executor_cancelled,

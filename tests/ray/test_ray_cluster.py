@@ -153,6 +153,14 @@ def test_ray_runtime_launch_errors_are_clear(results: dict[str, Any]) -> None:
 # -- executor="ray" ------------------------------------------------------------------------------
 
 
+def test_ray_runtime_records_a_failed_shutdown_hook(results: dict[str, Any]) -> None:
+    outcome = scenario(results, "failed_shutdown_hook")
+    assert outcome["reward"] == 1.0  # graded before the actor stopped
+    phase, kind, message = outcome["error"]
+    assert (phase, kind) == ("teardown", "TeardownError")
+    assert "RuntimeError: shutdown boom" in message
+
+
 def test_executor_spreads_agent_loops_and_streams_runs(results: dict[str, Any]) -> None:
     outcome = scenario(results, "executor_streams")
     nodes = scenario(results, "cluster_up")["nodes"]

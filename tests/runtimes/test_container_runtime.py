@@ -399,3 +399,21 @@ async def test_a_task_without_an_image_is_refused(options: dict[str, Any]) -> No
     with pytest.raises(ValueError, match="no image for task"):
         async with runtime(ECHO):
             pass
+
+
+async def test_a_failed_shutdown_hook_is_recorded_on_the_run(
+    image: str,
+    options: dict[str, Any],
+    short_tmp: str,
+    leftovers: Callable[[str], list[str]],
+) -> None:
+    source = str(HERE / "teardown_env.py")
+    runtime = ContainerRuntime(
+        image, source, batch="teardown-hook", mounts=[f"{HERE}:{HERE}:ro"], **options
+    )
+    task = Task(env="teardown-probe", id="answer")
+    run = await rollout(task, agent_from_fn(lambda prompt: "anything"), runtime=runtime)
+    assert run.grade is not None and run.grade.reward == 1.0
+    assert run.error is not None and run.error.phase == "teardown", run.error
+    assert run.error.type == "TeardownError" and "shutdown boom" in run.error.message
+    assert leftovers("teardown-hook") == []

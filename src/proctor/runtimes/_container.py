@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
+from ._teardown import MARK, check_teardown, parse_report
 
 if TYPE_CHECKING:
     from ..tasks._task import Task
@@ -42,6 +43,7 @@ _MAX_UNIX_PATH = 107  # bytes in a Unix socket path (sun_path less its NUL)
 _CLI_TIMEOUT = 60.0
 _REAP = 5.0  # seconds an engine client gets to create or leave a container at teardown
 _GIVE_UP = 1.0  # seconds a client creating a container gets to give up on SIGTERM
+_LAST_WORDS = 1.0  # seconds to read a gone client's last output
 _PORT_TAKEN = "address already in use"
 _PORT_ATTEMPTS = 3  # seconds an engine command (rm, ps, port) may take
 
@@ -237,6 +239,7 @@ class ContainerRuntime(Provider):
             yield endpoint
         finally:
             await container.stop()
+        check_teardown(container.teardown_error)
 
     async def reconcile(self, labels: Mapping[str, str | None] | None = None) -> list[str]:
         """Remove every container carrying `labels` (default: this runtime's batch).
@@ -314,6 +317,7 @@ class _Container:
         self.proc: asyncio.subprocess.Process | None = None
         self.readers: list[asyncio.Task[None]] = []
         self.tail: collections.deque[bytes] = collections.deque(maxlen=20)
+        self.teardown_error: str | None = None  # what its shutdown hooks said, if they failed
         self.where: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
     async def start(self) -> Endpoint:
@@ -394,6 +398,8 @@ class _Container:
                 self.where.set_result(match.group(0))
                 continue
             if fd == 2:
+                if line.startswith(MARK):  # one server per container
+                    self.teardown_error = parse_report(line)[1]
                 self.tail.append(line[:_TAIL_LINE])
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("[%s %s] %s", self.name, fd, line.decode(errors="replace"))
@@ -445,6 +451,10 @@ class _Container:
             if not served:
                 await spec._remove(self.name, 0)
         finally:
+            if self.readers and proc is not None and proc.returncode is not None:
+                # The client is gone: its pipes are at EOF, and its last lines (a failed
+                # shutdown hook's report) are still worth reading.
+                await asyncio.wait(self.readers, timeout=_LAST_WORDS)
             for reader in self.readers:
                 reader.cancel()
             await asyncio.gather(*self.readers, return_exceptions=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
+from ._teardown import check_teardown
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -112,7 +113,8 @@ class RayRuntime(Provider):
             yield Endpoint(url, token=token)
         finally:
             # An actor that never served has no hooks to run: it may not even be placed.
-            await _retire(actor, self.stop_timeout if served else None)
+            why = await _retire(actor, self.stop_timeout if served else None)
+        check_teardown(why)
 
     async def _serve(
         self, actor: ActorHandle[Any], task: Task, options: dict[str, Any]
@@ -159,14 +161,18 @@ class _EnvActor:
         _, port = await server.listen(host, 0)
         return f"tcp://{f'[{host}]' if ':' in host else host}:{port}", token
 
-    async def stop(self) -> None:
-        """Close the server and run the shutdown hooks."""
+    async def stop(self) -> str | None:
+        """Close the server and run the shutdown hooks; what they raised, if anything."""
         server, self._server = self._server, None
         if server is not None:
             try:
                 await server.aclose()
             finally:
-                await server.env.stop()
+                try:
+                    await server.env.stop()
+                except Exception as exc:
+                    return f"{type(exc).__name__}: {exc}"[:2000]
+        return None
 
 
 @functools.cache
@@ -176,18 +182,22 @@ def _env_actor() -> Any:
     return ray.remote(_EnvActor)
 
 
-async def _retire(actor: ActorHandle[Any], stop_timeout: float | None) -> None:
-    """Stop the actor's server gracefully (within `stop_timeout`, if any), then kill it."""
+async def _retire(actor: ActorHandle[Any], stop_timeout: float | None) -> str | None:
+    """Stop the actor's server gracefully (within `stop_timeout`, if any), then kill it.
+
+    Returns what its shutdown hooks raised, if they ran and failed.
+    """
     import ray
 
     try:
         if stop_timeout is not None:
             async with asyncio.timeout(stop_timeout):
-                await actor.stop.remote()
-    except Exception as exc:  # dead, stuck or failing hooks: it is killed all the same
+                return await actor.stop.remote()  # type: ignore[no-any-return]
+    except Exception as exc:  # dead or stuck: it is killed all the same
         log.debug("actor %s did not stop cleanly: %r", actor, exc)
     finally:
         ray.kill(actor, no_restart=True)  # Ray ends the worker process within milliseconds
+    return None
 
 
 async def connect_ray(address: str | None) -> None:
