@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from ray_cluster import HEAD_LABEL, WORKER_LABEL, in_namespace
 
+from proctor.testing import RUNTIME_CHECKS
+
 HERE = Path(__file__).parent
 DRIVER_TIMEOUT = 110.0  # a cluster start is ~15 s on 2 busy cores; the rest ~20 s
 
@@ -118,16 +120,7 @@ def test_the_cluster_demands_its_token(results: dict[str, Any]) -> None:
 
 def test_ray_runtime_passes_check_runtime(results: dict[str, Any]) -> None:
     outcome = scenario(results, "runtime_contract")
-    assert outcome["checks"] == [
-        "reachable",
-        "graded",
-        "overlapping",
-        "agent error",
-        "start timeout",
-        "rollout timeout",
-        "cancelled in agent",
-        "cancelled while provisioning",
-    ]
+    assert outcome["checks"] == list(RUNTIME_CHECKS)
     assert outcome["notes"] == []  # markers and the actors' processes were observed
 
 

@@ -13,22 +13,13 @@ import proctor.testing._check_runtime as check_module
 from proctor import Environment, Server, Task
 from proctor.engine import default_runtime
 from proctor.runtimes import Endpoint, LocalRuntime, Runtime, SubprocessRuntime
-from proctor.testing import RuntimeReport, check_runtime, conformance_env
+from proctor.testing import RUNTIME_CHECKS, RuntimeReport, check_runtime, conformance_env
 
 TASK = conformance_env.env.tasks["echo"](text="hello")
 
 
 def assert_complete(report: RuntimeReport) -> None:
-    assert report.checks == [
-        "reachable",
-        "graded",
-        "overlapping",
-        "agent error",
-        "start timeout",
-        "rollout timeout",
-        "cancelled in agent",
-        "cancelled while provisioning",
-    ]
+    assert report.checks == list(RUNTIME_CHECKS)
     assert report.notes == []  # markers and processes were observed, not skipped
 
 

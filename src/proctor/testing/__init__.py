@@ -10,13 +10,14 @@ and Anthropic wire formats from scripted `Reply`s and injects `Fault`s on comman
 
 from ..channel._memory import memory_pair
 from . import conformance_env
-from ._check_runtime import RuntimeReport, check_runtime
+from ._check_runtime import RUNTIME_CHECKS, RuntimeReport, check_runtime
 from ._check_server import check_env_server
 from ._fake_model import FakeModelServer
 from ._fake_model_reply import FakeToolCall, Fault, Reply
 from ._fake_model_request import FakeRequest
 
 __all__ = [
+    "RUNTIME_CHECKS",
     "FakeModelServer",
     "FakeRequest",
     "FakeToolCall",

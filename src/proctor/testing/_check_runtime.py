@@ -29,7 +29,19 @@ if TYPE_CHECKING:
     from ..engine._run import Run
     from ..runtimes._base import ProviderLike
 
-__all__ = ["RuntimeReport", "check_runtime"]
+__all__ = ["RUNTIME_CHECKS", "RuntimeReport", "check_runtime"]
+
+RUNTIME_CHECKS: tuple[str, ...] = (
+    "reachable",
+    "graded",
+    "overlapping",
+    "agent error",
+    "start timeout",
+    "rollout timeout",
+    "cancelled in agent",
+    "cancelled while provisioning",
+)
+"""The checks `check_runtime` runs, in order: a provider that passes lists them all."""
 
 _SETTLE = 3.0  # seconds markers and processes get to settle after a provider exits
 
