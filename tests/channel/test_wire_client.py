@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import TIMEOUT, Probe, build_env, frame, until
+from wire_helpers import TIMEOUT, Probe, build_env, frame, until
 
 from proctor import (
     ChannelClosed,

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TIMEOUT, Raw, build_env, error, frame, result, until
+from wire_helpers import TIMEOUT, Raw, build_env, error, frame, result, until
 
 from proctor.channel import MAX_FIRST_FRAME, Server, connect
 from proctor.env import Capability

@@ -10,7 +10,7 @@ import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from conftest import TIMEOUT, Raw, error, result, until
+from wire_helpers import TIMEOUT, Raw, error, result, until
 
 from proctor.channel import MAX_FRAME, Server, connect
 

@@ -12,7 +12,7 @@ import json
 import random
 from typing import Any
 
-from conftest import TIMEOUT, Raw, frame
+from wire_helpers import TIMEOUT, Raw, frame
 
 from proctor import ChannelError
 from proctor.channel import MAX_FIRST_FRAME, Server, connect

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 import pytest
-from conftest import build_env, error, frame, result, until
+from wire_helpers import build_env, error, frame, result, until
 
 from proctor import RemoteError
 from proctor.channel import Server, connect

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from conftest import TIMEOUT, Raw, build_env, error, result, until
+from wire_helpers import TIMEOUT, Raw, build_env, error, result, until
 
 from proctor.channel import Server
 from proctor.channel import _server as server_module

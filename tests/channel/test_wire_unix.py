@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TIMEOUT, Probe, build_env
+from wire_helpers import TIMEOUT, Probe, build_env
 
 from proctor import ConnectError, ConnectTimeout
 from proctor._urls import http_unix_url, unix_path, with_unix_path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import TIMEOUT, Probe, build_env
+from wire_helpers import TIMEOUT, Probe, build_env
 
 from proctor.channel import Server, connect
 from proctor.env import Capability

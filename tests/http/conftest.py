@@ -1,16 +1,17 @@
-"""Fixtures for the HTTP tests: servers on 127.0.0.1 port 0, closed after each test."""
+"""Fixtures for the HTTP tests: servers on 127.0.0.1 port 0, closed after each test.
+
+Their types, and the raw client, live in `http_helpers`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from http_helpers import Raw
+from http_helpers import Dial, Raw, Serve
 
 from proctor._http import Handler, HttpServer
-
-Serve = Callable[..., Awaitable[HttpServer]]
 
 
 @pytest.fixture
@@ -27,9 +28,6 @@ async def serve() -> AsyncIterator[Serve]:
     yield start
     for server in servers:
         await server.aclose(grace=1.0)
-
-
-Dial = Callable[[HttpServer], Awaitable[Raw]]
 
 
 @pytest.fixture

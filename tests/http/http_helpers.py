@@ -6,7 +6,12 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from proctor._http import HttpServer
+
 TIMEOUT = 5.0
+
+Serve = Callable[..., Awaitable[HttpServer]]
+"""The `serve` fixture: starts an `HttpServer` for a handler and options."""
 
 
 class Raw:
@@ -67,6 +72,10 @@ class Raw:
         self.writer.close()
         with contextlib.suppress(ConnectionError):
             await self.writer.wait_closed()
+
+
+Dial = Callable[[HttpServer], Awaitable[Raw]]
+"""The `dial` fixture: opens a raw connection to a server."""
 
 
 class Scripted:

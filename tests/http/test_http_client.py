@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-from conftest import Serve
-from http_helpers import TIMEOUT, Scripted
+from http_helpers import TIMEOUT, Scripted, Serve
 
 from proctor._errors import HttpConnectError, HttpReadError, HttpTimeout
 from proctor._http import Abort, Headers, HttpClient, Request, Response

@@ -9,7 +9,7 @@ import time
 
 import orjson
 import pytest
-from conftest import Dial, Serve
+from http_helpers import Dial, Serve
 
 from proctor._http import HttpLimits, Request, Response
 

@@ -8,8 +8,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-from conftest import Dial, Serve
-from http_helpers import TIMEOUT
+from http_helpers import TIMEOUT, Dial, Serve
 
 from proctor._http import Abort, HttpLimits, Request, Response
 

@@ -8,7 +8,7 @@ import ssl
 from pathlib import Path
 
 import pytest
-from conftest import Serve
+from http_helpers import Serve
 
 from proctor._errors import HttpConnectError
 from proctor._http import HttpClient, Request, Response
