@@ -35,18 +35,6 @@ Replies = list[Reply | str]
 
 
 @pytest.fixture
-def replies() -> Replies:
-    """What `fake` answers, in turn ("ok" once they run out)."""
-    return []
-
-
-@pytest.fixture
-async def fake(replies: Replies) -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer(lambda _: replies.pop(0) if replies else "ok") as server:
-        yield server
-
-
-@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 

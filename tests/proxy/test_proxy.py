@@ -21,12 +21,6 @@ REAL_KEY = "sk-real-upstream-key-never-leaks"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def proxy(fake: FakeModelServer) -> AsyncIterator[InterceptionProxy]:
     async with InterceptionProxy(
         Upstream(fake.url, api_key=REAL_KEY),

@@ -30,12 +30,6 @@ class Sent:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def proxy(fake: FakeModelServer) -> AsyncIterator[InterceptionProxy]:
     policy = RetryPolicy(max_transport=3)
     async with InterceptionProxy(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 
 import openai
 import pytest
@@ -18,12 +17,6 @@ from proctor.proxy import InterceptionProxy, Limits, ProxySession, Upstream
 from proctor.testing import FakeModelServer, Fault, Reply
 
 REAL_KEY = "sk-real-upstream-key-never-leaks"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer() as server:
-        yield server
 
 
 def body(content: str = "x", **extra: object) -> bytes:

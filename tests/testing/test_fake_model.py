@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -21,30 +20,6 @@ USAGE = Reply(
     text="Hi there!", input_tokens=100, cached_tokens=60, output_tokens=20, reasoning_tokens=12
 )
 Replies = list[Reply | str]
-
-
-@pytest.fixture
-def replies() -> Replies:
-    """What `fake` answers, in turn ("ok" once they run out)."""
-    return []
-
-
-@pytest.fixture
-async def fake(replies: Replies) -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer(lambda _: replies.pop(0) if replies else "ok") as server:
-        yield server
-
-
-@pytest.fixture
-async def oai(fake: FakeModelServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=fake.url, api_key="x", max_retries=0) as client:
-        yield client
-
-
-@pytest.fixture
-async def ant(fake: FakeModelServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=fake.origin, api_key="x", max_retries=0) as client:
-        yield client
 
 
 def call(name: str, **arguments: Any) -> FakeToolCall:

@@ -6,7 +6,6 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -21,21 +20,9 @@ SHELL: Any = {"type": "function", "function": {"name": "shell", "parameters": {"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer([f"reply {i}" for i in range(10)]) as server:
-        yield server
-
-
-@pytest.fixture
-async def oai(fake: FakeModelServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=fake.url, api_key="x", max_retries=0) as client:
-        yield client
-
-
-@pytest.fixture
-async def ant(fake: FakeModelServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=fake.origin, api_key="x", max_retries=0) as client:
-        yield client
+def replies() -> list[Reply | str]:
+    """Numbered replies, so a test can tell which one a retry got."""
+    return [f"reply {i}" for i in range(10)]
 
 
 async def chat(client: openai.AsyncOpenAI, stream: bool = False, **kwargs: Any) -> Any:
