@@ -27,9 +27,11 @@ import pytest
 
 from proctor import RuntimeLaunchError, Task
 from proctor.agents import agent_from_fn
-from proctor.engine import Run, Timeouts, rollout
+from proctor.agents import Run
+from proctor.engine import Timeouts, rollout
 from proctor.env import ShellClient
-from proctor.runtimes._sandbox import HOST_UIDS, SANDBOX_UID, SandboxRuntime
+from proctor.runtimes._sandbox import SandboxRuntime
+from proctor.runtimes._sandbox_host import HOST_UIDS, SANDBOX_UID
 from proctor.testing import RUNTIME_CHECKS, check_runtime, conformance_env
 
 pytestmark = pytest.mark.skipif(

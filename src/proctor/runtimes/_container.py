@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
-from ._teardown import MARK, check_teardown, parse_report
+from ._process import MARK, check_teardown, parse_report
 
 if TYPE_CHECKING:
-    from ..tasks._task import Task
+    from ..records._task import Task
 
 __all__ = ["ContainerRuntime", "Engine", "resolve_engine"]
 

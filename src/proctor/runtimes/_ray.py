@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
-from ._teardown import check_teardown
+from ._process import check_teardown
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
     from ..channel._server import Server
-    from ..tasks._task import Task
+    from ..records._task import Task
 
 __all__ = ["RayRuntime", "connect_ray", "placement"]
 

@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import ctypes
 import logging
 import os
 import secrets
 import signal
 import socket
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
-from ._teardown import MARK, check_teardown, parse_report
+from ._process import LAST_WORDS, REAP, Child, check_teardown, kill, killpg
 
 if TYPE_CHECKING:
-    from ..tasks._task import Task
+    from ..records._task import Task
 
 __all__ = ["SubprocessRuntime"]
 
@@ -31,12 +28,7 @@ log = logging.getLogger("proctor.runtimes.subprocess")
 
 PORT_PREFIXES = (b"PROCTOR_SERVE_PORT=", b"HUD_SERVE_PORT=")
 TOKEN_ENV = "PROCTOR_TOKEN"  # the child's environment variable holding its token
-_MAX_LINE = 1 << 16  # longer output lines are logged in pieces of this size
-_TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
-_LAST_WORDS = 0.5  # seconds a dead child's pipes may still deliver its stderr
-_REAP = 5.0  # seconds to wait for the child watcher after SIGKILL
 _READY = b"READY"  # what a zygote prints once loaded (`_zygote.READY`)
-_PR_SET_PDEATHSIG = 1
 
 
 class SubprocessRuntime(Provider):
@@ -188,19 +180,14 @@ class SubprocessRuntime(Provider):
         return pool
 
 
-class _Child:
-    """One child process: spawn, read its port, route its output, stop its group."""
+class _Child(Child):
+    """One child process: spawn it, read its port, stop its group."""
 
     def __init__(self, spec: SubprocessRuntime, env: Mapping[str, str] | None = None) -> None:
+        super().__init__("", log, spec.log)
         self.spec = spec
         self.env = dict(env or {})
-        self.transport: asyncio.SubprocessTransport | None = None
-        self.tail: collections.deque[bytes] = collections.deque(maxlen=20)
-        self.sink: IO[bytes] | None = None
-        self.exited = asyncio.Event()
-        self.drained = asyncio.Event()  # exited and every pipe at EOF
         self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.teardown_error: str | None = None  # what its failed shutdown hooks reported
 
     pass_fds: tuple[int, ...] = ()
     announces = "a port"
@@ -208,11 +195,6 @@ class _Child:
     def argv(self) -> list[str]:
         """The command line this process runs."""
         return self.spec.argv()
-
-    @property
-    def pid(self) -> int | None:
-        """The child's pid (also its process group id), once spawned."""
-        return None if self.transport is None else self.transport.get_pid()
 
     async def start(self) -> int:
         """Spawn the child and wait for its port line.
@@ -222,166 +204,53 @@ class _Child:
         """
         spec = self.spec
         argv = self.argv()
-        if spec.log is not None:
-            try:
-                self.sink = open(spec.log, "ab")  # noqa: SIM115, ASYNC230 - closed in stop()
-            except OSError as exc:
-                raise RuntimeLaunchError(f"cannot open log file {spec.log}: {exc}") from exc
-        loop = asyncio.get_running_loop()
-        try:
-            self.transport, _ = await loop.subprocess_exec(
-                lambda: _ChildProtocol(self),
-                *argv,
-                stdin=subprocess.DEVNULL,
-                pass_fds=self.pass_fds,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env={**os.environ, **spec.env, **self.env, "PYTHONUNBUFFERED": "1"},
-                cwd=spec.cwd,
-                start_new_session=True,
-                preexec_fn=_die_with(os.getpid()),
-            )
-        except OSError as exc:
-            raise RuntimeLaunchError(f"cannot start {argv[0]}: {exc}") from exc
+        self.tail.what = " ".join(argv)
+        env = {**os.environ, **spec.env, **self.env, "PYTHONUNBUFFERED": "1"}
+        await self.spawn(argv, pass_fds=self.pass_fds, env=env, cwd=spec.cwd, die_with_us=True)
         try:
             async with asyncio.timeout(spec.startup_timeout):
                 return await self.port
         except TimeoutError:
             raise RuntimeLaunchError(
-                self._why(f"no port announced within {spec.startup_timeout:g}s")
+                self.why(f"no port announced within {spec.startup_timeout:g}s")
             ) from None
 
-    def line(self, fd: int, line: bytes) -> None:
-        """One line of the child's output (without its newline)."""
-        if fd == 1 and not self.port.done() and line.startswith(PORT_PREFIXES):
-            self._announced(line)
-            return
-        if fd == 2:
-            if line.startswith(MARK):
-                self.torn_down(*parse_report(line))
-            self.tail.append(line[:_TAIL_LINE])
-        if self.sink is not None:
-            self.sink.write(line + b"\n")
-        elif log.isEnabledFor(logging.DEBUG):
-            name = "stdout" if fd == 1 else "stderr"
-            log.debug("[%s %s] %s", self.pid, name, line.decode(errors="replace"))
-
-    def torn_down(self, pid: int, why: str) -> None:
-        """The process `pid` reported failed shutdown hooks on our stderr."""
-        if pid == self.pid:
-            self.teardown_error = why
-
-    def _announced(self, line: bytes) -> None:
+    def stdout(self, line: bytes) -> bool:
+        if self.port.done() or not line.startswith(PORT_PREFIXES):
+            return False
         value = line.partition(b"=")[2].strip()
         if value.isdigit() and 0 < int(value) < 65536:
             self.port.set_result(int(value))
         else:
-            self.port.set_exception(RuntimeLaunchError(self._why(f"bad port line {line!r}")))
+            self.port.set_exception(RuntimeLaunchError(self.why(f"bad port line {line!r}")))
+        return True
+
+    def torn_down(self, pid: int, why: str) -> None:
+        if pid == self.pid:
+            self.teardown_error = why
 
     def process_exited(self) -> None:
         """The child is gone; fail a pending start once its last output had a moment."""
-        self.exited.set()
-        asyncio.get_running_loop().call_later(_LAST_WORDS, self.no_port)
+        super().process_exited()
+        asyncio.get_running_loop().call_later(LAST_WORDS, self.no_port)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.no_port()  # exited and every pipe closed: no more output is coming
 
     def no_port(self) -> None:
         """Fail a pending start: the child exited (or closed its output) without a port."""
         if not self.port.done():
-            code = None if self.transport is None else self.transport.get_returncode()
-            self.port.set_exception(
-                RuntimeLaunchError(
-                    self._why(f"exited with code {code} before announcing {self.announces}")
-                )
-            )
+            why = f"exited with code {self.returncode} before announcing {self.announces}"
+            self.port.set_exception(RuntimeLaunchError(self.why(why)))
 
-    def _why(self, what: str) -> str:
-        argv = " ".join(self.argv())
-        tail = b"\n".join(self.tail).decode(errors="replace").strip()
-        return f"{argv}: {what}" + (f"\n--- stderr (last lines) ---\n{tail}" if tail else "")
-
-    async def stop(self) -> None:
-        """Terminate the process group, kill it after the grace period; always reap.
-
-        Exit is judged by the process itself, not by its pipes: a grandchild that holds
-        them open must not make a clean exit look like a hang.
-        """
-        transport, pid = self.transport, self.pid
+    async def stop(self, grace: float | None = None) -> None:
+        """Terminate the process group, kill it after `stop_timeout`; always reap."""
         if not self.port.done():  # stopped while starting: nobody awaits the port now
             self.port.cancel()
         elif not self.port.cancelled():
             self.port.exception()  # a launch failure already raised; mark it retrieved
-        try:
-            if transport is not None and pid is not None and not self.exited.is_set():
-                _killpg(pid, signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(self.exited.wait(), self.spec.stop_timeout)
-                except TimeoutError:
-                    log.warning(
-                        "child %s ignored SIGTERM for %gs; killing", pid, self.spec.stop_timeout
-                    )
-        finally:
-            if transport is not None and pid is not None:
-                _killpg(pid, signal.SIGKILL)  # stragglers in the group, if any
-                # Reaped by the child watcher; closing first would race it for the pid.
-                # Then its last output, unless something outside the group holds the pipes.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.exited.wait(), _REAP)
-                    await asyncio.wait_for(self.drained.wait(), _LAST_WORDS)
-                transport.close()
-            if self.sink is not None:
-                self.sink.close()
-
-
-class _ChildProtocol(asyncio.SubprocessProtocol):
-    """Split the child's output into lines (of any length) and report its exit."""
-
-    def __init__(self, child: _Child) -> None:
-        self.child = child
-        self.partial = {1: b"", 2: b""}
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        *lines, rest = (self.partial[fd] + data).split(b"\n")
-        if len(rest) > _MAX_LINE:  # no newline in sight: pass it on in pieces
-            lines.append(rest)
-            rest = b""
-        self.partial[fd] = rest
-        for line in lines:
-            self.child.line(fd, line)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        rest, self.partial[fd] = self.partial.get(fd, b""), b""
-        if rest:
-            self.child.line(fd, rest)
-
-    def process_exited(self) -> None:
-        self.child.process_exited()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.child.drained.set()
-        self.child.no_port()  # exited and every pipe closed: no more output is coming
-
-
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """A `preexec_fn` giving the child SIGTERM when `parent` dies (PR_SET_PDEATHSIG).
-
-    The kernel sends it when the *thread* that forked exits: here the event loop's, which
-    outlives every child it started (each is stopped before its rollout ends). Linux
-    only (elsewhere None: no such signal).
-    """
-    if sys.platform != "linux":
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # it died before the signal was armed
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
-
-
-def _killpg(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+        await super().stop(self.spec.stop_timeout if grace is None else grace)
 
 
 class _ZygoteGone(RuntimeLaunchError):
@@ -519,11 +388,11 @@ class _Zygote(_Child):
         ready = self.port.done() and not self.port.cancelled() and not self.port.exception()
         return ready and not self.exited.is_set() and self.ctl.fileno() != -1
 
-    def line(self, fd: int, line: bytes) -> None:
-        if fd == 1 and line == _READY and not self.port.done():
-            self.port.set_result(0)
-        else:
-            super().line(fd, line)
+    def stdout(self, line: bytes) -> bool:
+        if line != _READY or self.port.done():
+            return super().stdout(line)
+        self.port.set_result(0)
+        return True
 
     def torn_down(self, pid: int, why: str) -> None:
         # Forked children write to the zygote's stderr.
@@ -550,19 +419,19 @@ class _Zygote(_Child):
         child = self.waiting[request] = _Forked(self)
         try:
             if not self.alive:
-                raise _ZygoteGone(self._why("the zygote is not running"))
+                raise _ZygoteGone(self.why("the zygote is not running"))
             try:
                 self.ctl.send(f"{request} {child.token}".encode())
             except OSError as exc:
                 self.close_ctl()  # not alive any more: the pool replaces it
-                raise _ZygoteGone(self._why(f"the zygote is unreachable: {exc}")) from exc
+                raise _ZygoteGone(self.why(f"the zygote is unreachable: {exc}")) from exc
             async with asyncio.timeout(self.spec.startup_timeout):
                 await child.port
             return child
         except TimeoutError:
             await child.stop()
             raise RuntimeLaunchError(
-                self._why(f"forked child announced no port within {self.spec.startup_timeout:g}s")
+                self.why(f"forked child announced no port within {self.spec.startup_timeout:g}s")
             ) from None
         except BaseException:
             await child.stop()
@@ -596,7 +465,7 @@ class _Zygote(_Child):
         if child is None:
             if request in self.abandoned:  # its fork() gave up before the pid was known
                 self.abandoned.discard(request)
-                _kill(int(pid), signal.SIGKILL)
+                kill(int(pid), signal.SIGKILL)
             return
         child.watch(int(pid))
         if child.port.done():
@@ -604,13 +473,13 @@ class _Zygote(_Child):
         if kind == "ready" and rest.isdigit():
             child.port.set_result(int(rest))
         elif kind != "forked":
-            child.port.set_exception(RuntimeLaunchError(self._why(f"forked child failed: {rest}")))
+            child.port.set_exception(RuntimeLaunchError(self.why(f"forked child failed: {rest}")))
 
     def process_exited(self) -> None:
         super().process_exited()
         for child in self.waiting.values():
             if not child.port.done():
-                child.port.set_exception(_ZygoteGone(self._why("the zygote exited")))
+                child.port.set_exception(_ZygoteGone(self.why("the zygote exited")))
 
     def close_ctl(self) -> None:
         """Stop talking to the zygote (it exits when it reads EOF)."""
@@ -619,14 +488,14 @@ class _Zygote(_Child):
                 asyncio.get_running_loop().remove_reader(self.ctl.fileno())
             self.ctl.close()
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float | None = None) -> None:
         """Close the control socket (the zygote exits on EOF), then reap it."""
         self.close_ctl()
         self._theirs.close()
         if self.transport is not None and not self.exited.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.exited.wait(), self.spec.stop_timeout)
-        await super().stop()
+        await super().stop(grace)
 
 
 class _Forked:
@@ -666,7 +535,7 @@ class _Forked:
         self.zygote.read()
         if not self.port.done():
             why = f"forked child {self.pid} exited before announcing a port"
-            self.port.set_exception(RuntimeLaunchError(self.zygote._why(why)))
+            self.port.set_exception(RuntimeLaunchError(self.zygote.why(why)))
 
     async def stop(self) -> None:
         """SIGTERM the child's group, SIGKILL it after the grace period; wait for exit."""
@@ -688,7 +557,7 @@ class _Forked:
             self.signal(signal.SIGKILL)  # the child if it lingers, and any stragglers
             try:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.gone.wait(), _REAP)
+                    await asyncio.wait_for(self.gone.wait(), REAP)
             finally:
                 if self._pidfd >= 0:
                     if not self.gone.is_set():
@@ -707,11 +576,4 @@ class _Forked:
         if self._pidfd >= 0 and not self.gone.is_set():
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._pidfd, sig)
-        _killpg(self.pid, sig)
-
-
-def _kill(pid: int, sig: int) -> None:
-    """Signal a process and its group (a child killed before its `setsid` has none)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-    _killpg(pid, sig)
+        killpg(self.pid, sig)
