@@ -17,52 +17,21 @@ from typing import Any
 
 import pytest
 
-from proctor import Environment, Task, Taskset
+from _support.echo_env import SOURCE, make_echo_env
+from proctor import Task, Taskset
 from proctor.agents import ScriptedAgent, agent_from_fn
 from proctor.engine import Job, Run, run_taskset
 from proctor.runtimes import LocalRuntime, SubprocessRuntime
 
 events: list[str] = []
 
-env = Environment("engine-batch")
-
-
-@env.initialize
-def _init() -> None:
-    events.append("init")
-
-
-@env.shutdown
-def _shutdown() -> None:
-    events.append("shutdown")
-
-
-@env.template
-async def echo(text: str) -> AsyncGenerator[Any, Any]:
-    try:
-        answer = yield text
-        yield 1.0 if answer == text else 0.0
-    finally:
-        events.append("finally")
+env = make_echo_env("engine-batch", events)
 
 
 @env.template
 async def broken_setup() -> AsyncGenerator[Any, Any]:
     raise ValueError("broken on purpose")
     yield  # pragma: no cover
-
-
-ENV_SOURCE = """
-from proctor import Environment
-
-env = Environment("engine-batch-sub")
-
-
-@env.template
-async def echo(text: str):
-    answer = yield text
-    yield 1.0 if answer == text else 0.0
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -72,8 +41,9 @@ def _clear() -> None:
 
 @pytest.fixture
 def source(tmp_path: Path) -> Path:
+    """The echo environment's file under a name only this test's children carry."""
     path = tmp_path / "sub_env.py"
-    path.write_text(ENV_SOURCE)
+    path.write_text(SOURCE.read_text())
     return path
 
 
@@ -264,9 +234,7 @@ async def test_cancelling_a_subprocess_batch_leaves_no_child(source: Path) -> No
         await asyncio.Event().wait()
 
     runtime = SubprocessRuntime(source)
-    batch = asyncio.create_task(
-        rows(3, "engine-batch-sub").run(agent_from_fn(blocker), runtime=runtime)
-    )
+    batch = asyncio.create_task(rows(3, "echo-env").run(agent_from_fn(blocker), runtime=runtime))
     await working.wait()
     assert children_matching(str(source))
     batch.cancel()
@@ -286,7 +254,7 @@ async def hang(prompt):
     await asyncio.Event().wait()
 
 async def main():
-    rows = Taskset("c", [Task(env="engine-batch-sub", id="echo", args={"text": str(i)})
+    rows = Taskset("c", [Task(env="echo-env", id="echo", args={"text": str(i)})
                          for i in range(4)])
     await rows.run(agent_from_fn(hang), runtime=SubprocessRuntime(sys.argv[1]))
 
@@ -338,7 +306,7 @@ async def test_the_happy_path_logs_nothing_at_warning_or_above(
     caplog.set_level(logging.DEBUG)
     local = await rows(4).run(echoer, runtime=LocalRuntime(env), group=2)
     default = await rows(2).run(echoer)
-    sub = await rows(3, "engine-batch-sub").run(echoer, runtime=SubprocessRuntime(source))
+    sub = await rows(3, "echo-env").run(echoer, runtime=SubprocessRuntime(source))
     for job in (local, default, sub):
         assert job.stats.errors == 0 and job.mean_reward == 1.0
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]

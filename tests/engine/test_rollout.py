@@ -12,33 +12,16 @@ from typing import Any
 import orjson
 import pytest
 
-from proctor import Environment, Task
+from _support.echo_env import make_echo_env
+from proctor import Task
 from proctor.agents import agent_from_fn
 from proctor.engine import Run, Timeouts, rollout
 from proctor.runtimes import Endpoint, LocalRuntime, Runtime
 
 events: list[str] = []
 
-env = Environment("engine-rollout")
-
-
-@env.initialize
-def _init() -> None:
-    events.append("init")
-
-
-@env.shutdown
-def _shutdown() -> None:
-    events.append("shutdown")
-
-
-@env.template
-async def echo(text: str) -> AsyncGenerator[Any, Any]:
-    try:
-        answer = yield f"say {text}"
-        yield 1.0 if answer == text else 0.0
-    finally:
-        events.append("finally")
+env = make_echo_env("engine-rollout", events)
+echo = env.tasks["echo"]
 
 
 @env.template
@@ -88,11 +71,7 @@ def _clear() -> None:
     events.clear()
 
 
-def answer(prompt: str) -> str:
-    return prompt.removeprefix("say ")
-
-
-solver = agent_from_fn(answer)
+solver = agent_from_fn(lambda prompt: prompt)
 
 
 async def hang(prompt: Any) -> None:
@@ -135,7 +114,7 @@ async def test_graded_run_and_its_trace() -> None:
     run = await rollout(echo(text="hi"), solver, runtime=LocalRuntime(env))
     assert run.status == "completed" and run.error is None
     assert run.reward == 1.0 and run.grade is not None and run.grade.reward == 1.0
-    assert run.prompt == "say hi" and run.answer == "hi"
+    assert run.prompt == "hi" and run.answer == "hi"
     kinds = [(s.kind, (s.data or {}).get("phase")) for s in run.trace.steps]
     assert kinds == [("task", "setup"), ("user", None), ("assistant", None), ("task", "evaluate")]
     starts = [s.start for s in run.trace.steps]
@@ -361,7 +340,7 @@ async def test_an_agents_own_timeout_error_is_not_a_rollout_timeout() -> None:
 async def test_rollout_deadline_does_not_cut_teardown_short() -> None:
     async def slowish(prompt: str) -> str:
         await asyncio.sleep(0.2)
-        return answer(prompt)
+        return prompt
 
     provider = Wrapped(exit_delay=0.4)
     run = await rollout(echo(text="a"), agent_from_fn(slowish), runtime=provider, timeout=0.4)

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
+from _support.echo_env import echo
 from proctor import Environment, Runtime, Server, agent_from_fn, rollout
 from proctor.runtimes import Endpoint
 
-env = Environment("guarded")
-
-
-@env.template
-async def echo(text: str) -> Any:
-    answer = yield text
-    yield float(answer == text)
-
 
 @pytest.fixture
-async def url() -> AsyncIterator[str]:
-    server = Server(env, token="s3cret-token")
+async def url(echo_env: Environment) -> AsyncIterator[str]:
+    server = Server(echo_env, token="s3cret-token")
     host, port = await server.listen("127.0.0.1", 0)
     yield f"tcp://{host}:{port}"
     await server.aclose()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from _support.echo_env import SOURCE, make_echo_env
 from proctor import Environment, RemoteError, SourceError, Task, connect
 from proctor.agents import agent_from_fn
 from proctor.engine import rollout
@@ -18,45 +19,19 @@ from proctor.runtimes import Endpoint, LocalRuntime, Runtime, find_environment
 events: list[str] = []
 
 
-def make_env(name: str) -> Environment:
-    env = Environment(name)
-
-    @env.initialize
-    def _init() -> None:
-        events.append(f"init {name}")
-
-    @env.shutdown
-    def _shutdown() -> None:
-        events.append(f"shutdown {name}")
-
-    @env.template
-    async def echo(text: str) -> AsyncGenerator[Any, Any]:
-        answer = yield text
-        yield 1.0 if answer == text else 0.0
-
-    return env
-
-
-env = make_env("local-rt")
+env = make_echo_env("local-rt", events)
 echoer = agent_from_fn(lambda p: p)
 TASK = Task(env="local-rt", id="echo", args={"text": "hi"})
-
-SOURCE = """
-from proctor import Environment
-
-env = Environment("local-rt-file")
-
-
-@env.template
-async def echo(text: str):
-    answer = yield text
-    yield 1.0 if answer == text else 0.0
-"""
 
 
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     events.clear()
+
+
+def hooks() -> list[str]:
+    """The lifecycle hooks `env` ran, in order (without its tasks' "finally")."""
+    return [e for e in events if e != "finally"]
 
 
 async def graded(runtime: Any, task: Task = TASK) -> None:
@@ -69,15 +44,13 @@ async def graded(runtime: Any, task: Task = TASK) -> None:
 
 async def test_serves_an_environment_object() -> None:
     await graded(LocalRuntime(env))
-    assert events == ["init local-rt", "shutdown local-rt"]
+    assert hooks() == ["init", "shutdown"]
 
 
-async def test_serves_a_path(tmp_path: Path) -> None:
-    path = tmp_path / "local_rt_file.py"
-    path.write_text(SOURCE)
-    task = Task(env="local-rt-file", id="echo", args={"text": "x"})
-    await graded(LocalRuntime(path), task)
-    await graded(LocalRuntime(str(path)), task)
+async def test_serves_a_path() -> None:
+    task = Task(env="echo-env", id="echo", args={"text": "x"})
+    await graded(LocalRuntime(SOURCE), task)
+    await graded(LocalRuntime(str(SOURCE)), task)
 
 
 async def test_a_path_that_fails_to_load(tmp_path: Path) -> None:
@@ -122,10 +95,11 @@ def test_find_environment(tmp_path: Path) -> None:
 
 async def test_a_path_with_several_environments_serves_the_tasks_one(tmp_path: Path) -> None:
     path = tmp_path / "local_rt_several.py"
-    first = SOURCE.replace("local-rt-file", "local-rt-first")
-    second = SOURCE.replace("env", "second")  # second = Environment("local-rt-file")
-    path.write_text(first + second)
-    task = Task(env="local-rt-file", id="echo", args={"text": "x"})
+    path.write_text(
+        "from _support.echo_env import make_echo_env\n"
+        "first = make_echo_env('local-rt-first')\nsecond = make_echo_env('local-rt-second')\n"
+    )
+    task = Task(env="local-rt-second", id="echo", args={"text": "x"})
     await graded(LocalRuntime(path), task)
 
 
@@ -145,17 +119,17 @@ async def test_overlapping_rollouts_share_one_start_and_a_later_one_starts_again
         *(rollout(TASK, agent_from_fn(wait_for_all), runtime=runtime) for _ in range(3))
     )
     assert all(r.reward == 1.0 for r in runs)
-    assert events == ["init local-rt", "shutdown local-rt"]
+    assert hooks() == ["init", "shutdown"]
     await graded(runtime)
-    assert events == ["init local-rt", "shutdown local-rt"] * 2
+    assert hooks() == ["init", "shutdown"] * 2
 
 
 async def test_entered_as_a_context_manager_it_stays_up() -> None:
     async with LocalRuntime(env) as runtime:
         await graded(runtime)
         await graded(runtime)
-        assert events == ["init local-rt"]
-    assert events == ["init local-rt", "shutdown local-rt"]
+        assert hooks() == ["init"]
+    assert hooks() == ["init", "shutdown"]
 
 
 async def test_a_restart_waits_for_the_previous_shutdown() -> None:
@@ -224,7 +198,7 @@ async def test_a_task_for_another_environment_is_refused_before_anything_starts(
         run = await rollout(Task(env="someone-else", id="echo"), echoer, runtime=runtime)
         assert run.error is not None and run.error.type == "RuntimeLaunchError"
         await graded(runtime)
-    assert events == ["init local-rt", "shutdown local-rt"]
+    assert hooks() == ["init", "shutdown"]
 
 
 async def test_runtimes_of_different_environments_do_not_serialize() -> None:
