@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from proctor.engine import Run, Timeouts, rollout
 from proctor.runtimes import Endpoint, LocalRuntime, Runtime
 
 events: list[str] = []
+reached: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)  # points tasks got to
 
 env = make_echo_env("engine-rollout", events)
 echo = env.tasks["echo"]
@@ -62,6 +64,7 @@ async def slow_finally(seconds: float) -> AsyncGenerator[Any, Any]:
         yield "ready"
         yield 1.0
     finally:
+        reached["slow finally"].set()
         await asyncio.sleep(seconds)
         events.append("finally")
 
@@ -69,6 +72,7 @@ async def slow_finally(seconds: float) -> AsyncGenerator[Any, Any]:
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     events.clear()
+    reached.clear()
 
 
 solver = agent_from_fn(lambda prompt: prompt)
@@ -313,7 +317,6 @@ async def test_phase_limits_name_their_phase() -> None:
             echo(text="a"), agent_from_fn(hang), runtime=runtime, timeout=Timeouts(agent=0.2)
         )
         assert_failed(run, "agent", "RolloutTimeout", "0.2s")
-        await asyncio.sleep(0.05)
         assert events == ["init", "finally", "finally", "finally"]
 
 
@@ -391,7 +394,7 @@ async def test_a_second_cancellation_during_cleanup_still_stops_the_substrate() 
     )
     await working.wait()
     job.cancel()
-    await asyncio.sleep(0.05)  # now inside tasks.cancel, waiting for the slow finally
+    await reached["slow finally"].wait()  # inside tasks.cancel, waiting for the slow finally
     job.cancel()
     with pytest.raises(asyncio.CancelledError):
         await job
