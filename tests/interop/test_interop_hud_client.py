@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from _support.waiting import wait_until
+
 pytestmark = pytest.mark.hud
 
 HERE = Path(__file__).resolve().parent
@@ -158,7 +160,8 @@ def outcome(
             f"driver exited {proc.returncode}\n--- stdout ---\n{out.decode(errors='replace')}"
             f"\n--- stderr ---\n{err.decode(errors='replace')[-8000:]}"
         )
-    time.sleep(0.3)  # the server sees the driver's connections close
+    # the server sees the driver's connections close (the test compares the counts)
+    wait_until(lambda: socket_count(pid) == before, within=5)
     return Outcome(
         json.loads(lines[0][len(RESULT_PREFIX) :]),
         before,

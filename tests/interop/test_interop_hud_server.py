@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 import pytest_asyncio
 
+from _support.waiting import until
 from proctor import (
     RemoteError,
     Run,
@@ -35,6 +36,7 @@ from proctor import (
     connect,
     rollout,
 )
+from proctor.channel import Client
 from proctor.engine import Grade
 
 pytestmark = [pytest.mark.hud, pytest.mark.asyncio(loop_scope="module")]
@@ -85,6 +87,42 @@ def collect_leaks() -> Iterator[list[str]]:
             leaks.extend(str(w.message) for w in caught)
 
 
+async def resume(stack: contextlib.AsyncExitStack, url: str, session_id: str) -> Client:
+    """Resume `session_id` once the server has seen its connection close and parked it
+    (until then it refuses the resume: the session is live)."""
+    clients: list[Client] = []
+
+    async def parked() -> bool:
+        try:
+            resumed = connect(url, ready_timeout=TIMEOUT, session_id=session_id)
+            clients.append(await stack.enter_async_context(resumed))
+        except RemoteError as exc:
+            if "live connection" not in exc.message:
+                raise
+            return False
+        return True
+
+    await until(parked, f"session {session_id} parked")
+    return clients[0]
+
+
+async def adopt(client: Client, answer: str) -> Any:
+    """Grade the only parked task, once the server has parked it (until then it has none)."""
+    grades: list[Any] = []
+
+    async def parked() -> bool:
+        try:
+            grades.append(await client.grade(answer))
+        except RemoteError as exc:
+            if exc.message != "no task in progress":
+                raise
+            return False
+        return True
+
+    await until(parked, "the closed session's task parked")
+    return grades[0]
+
+
 class EpisodeAgent:
     """Answers `add`; for `episode`, echoes `slot-N` through the run's `echo` binding."""
 
@@ -104,13 +142,25 @@ def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hud-server") / "server.log"
 
 
+@pytest.fixture(scope="module")
+def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the module's HUD environment marks what its tasks reached (`hud_env.py`)."""
+    return tmp_path_factory.mktemp("hud-marks")
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def hud_url(
-    hud_serve_argv: Callable[..., list[str]], hud_dirs: dict[str, Path], server_log: Path
+    hud_serve_argv: Callable[..., list[str]],
+    hud_dirs: dict[str, Path],
+    server_log: Path,
+    marks: Path,
 ) -> AsyncIterator[str]:
     """`tcp://127.0.0.1:PORT` of one HUD server for the whole module."""
     runtime = SubprocessRuntime(
-        command=hud_serve_argv(), cwd=hud_dirs["cwd"], log=server_log, startup_timeout=60
+        command=hud_serve_argv(PROCTOR_INTEROP_MARKS=str(marks)),
+        cwd=hud_dirs["cwd"],
+        log=server_log,
+        startup_timeout=60,
     )
     async with runtime(Task(env=ENV, id="add")) as endpoint:
         assert endpoint.server is None
@@ -182,7 +232,7 @@ async def test_errors_map_to_remote_errors(hud_url: str) -> None:
         assert await client.grade("2") == {"score": 1.0}
 
 
-async def test_cancel(hud_url: str) -> None:
+async def test_cancel(hud_url: str, marks: Path) -> None:
     async with connect(hud_url, ready_timeout=TIMEOUT) as client:
         await client.start_task("add", {"a": 1, "b": 1})
         assert await client.cancel() is True
@@ -193,7 +243,7 @@ async def test_cancel(hud_url: str) -> None:
         # a cancel overtakes a grade that is still running
         assert await client.start_task("slow") == {"prompt": "slow prompt"}
         grading = asyncio.create_task(client.grade("x"))
-        await asyncio.sleep(0.3)
+        await until(lambda: (marks / "slow grading").exists(), "the slow grade started")
         assert not grading.done()
         assert await asyncio.wait_for(client.cancel(), TIMEOUT) is True
         with pytest.raises(TaskCancelled) as interrupted:
@@ -237,7 +287,6 @@ async def test_tunnel_through_binding(hud_url: str) -> None:
             # several streams at once, each its own tunnel.open
             many = await asyncio.gather(*(echo_through(routed.url, b"n%d" % i) for i in range(5)))
             assert many == [b"n%d" % i for i in range(5)]
-        await asyncio.sleep(0.1)
     # the streams ended (HUD's splice closed its ends) and aclose() closed the rest
     assert leaks == []
 
@@ -247,16 +296,15 @@ async def test_parked_task_is_resumed_or_adopted(hud_url: str) -> None:
         assert first.manifest is not None
         sid = first.manifest.session_id
         await first.start_task("add", {"a": 3, "b": 4})
-    await asyncio.sleep(0.05)  # the server parks the task once it sees the close
-    async with connect(hud_url, ready_timeout=TIMEOUT, session_id=sid) as second:
+    async with contextlib.AsyncExitStack() as stack:
+        second = await resume(stack, hud_url, sid)
         assert second.manifest is not None and second.manifest.session_id == sid
         assert await second.grade("7") == {"score": 1.0}
 
     async with connect(hud_url, ready_timeout=TIMEOUT) as first:
         await first.start_task("add", {"a": 5, "b": 5})
-    await asyncio.sleep(0.05)
     async with connect(hud_url, ready_timeout=TIMEOUT) as second:
-        assert await second.grade("10") == {"score": 1.0}  # adopted: the only parked task
+        assert await adopt(second, "10") == {"score": 1.0}  # the only parked task
         with pytest.raises(RemoteError) as none_left:
             await second.grade("10")
         assert none_left.value.code == -32600

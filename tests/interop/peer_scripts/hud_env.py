@@ -10,6 +10,8 @@ initialize hook) reachable through `tunnel.open`.
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 from hud import Environment
 from hud.capabilities import Capability
@@ -85,5 +87,8 @@ async def boom():
 @env.template(id="slow", description="Grading blocks until cancelled")
 async def slow():
     yield "slow prompt"
-    await asyncio.sleep(60)
+    if marks := os.environ.get("PROCTOR_INTEROP_MARKS"):
+        # the test cancels once grading has started; a tiny file is all that crosses over
+        Path(marks, "slow grading").touch()  # noqa: ASYNC240
+    await asyncio.Event().wait()
     yield 1.0
