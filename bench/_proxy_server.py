@@ -13,8 +13,8 @@ import json
 import signal
 import sys
 
-from proctor.engine import Trace
 from proctor.proxy import InterceptionProxy
+from proctor.records import Trace
 
 
 async def serve(upstream: str, sessions: int) -> None:

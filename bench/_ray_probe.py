@@ -40,7 +40,8 @@ sys.path.insert(0, str(BENCH.parent / "tests" / "ray"))
 from ray_cluster import LocalCluster, in_namespace, loopback_up  # noqa: E402
 
 from proctor import Task  # noqa: E402
-from proctor.engine import Run, run_taskset  # noqa: E402
+from proctor.agents import Run  # noqa: E402
+from proctor.engine import run_taskset  # noqa: E402
 from proctor.engine._ray_executor import RayExecutor  # noqa: E402
 from proctor.runtimes import LocalRuntime  # noqa: E402
 from proctor.runtimes._ray import RayRuntime  # noqa: E402

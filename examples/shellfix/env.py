@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proctor import Environment, EvaluationResult, SubScore
+from proctor import Environment, Grade, SubScore
 
 __all__ = ["BUGS", "Bug", "fix", "shellfix"]
 
@@ -139,7 +139,7 @@ async def fix(bug: str) -> AsyncGenerator[Any, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _grade(spec: Bug, workdir: Path, answer: Any) -> EvaluationResult:
+async def _grade(spec: Bug, workdir: Path, answer: Any) -> Grade:
     """Run the agent's script and the reference on the visible and hidden inputs."""
     check = workdir / ".check"
     _write(check, {"reference.py": spec.reference, **spec.hidden_files})
@@ -150,7 +150,7 @@ async def _grade(spec: Bug, workdir: Path, answer: Any) -> EvaluationResult:
         ok = got.ok and got.stdout == want.stdout
         subscores.append(SubScore(label, 1.0 if ok else 0.0))
         info[label] = {"stdout": got.stdout[-500:], "stderr": got.stderr[-500:]}
-    return EvaluationResult(subscores=subscores, info=info, content=str(answer))
+    return Grade(subscores=subscores, info=info, content=str(answer))
 
 
 def _write(directory: Path, files: dict[str, str]) -> None:

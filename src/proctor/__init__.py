@@ -40,12 +40,14 @@ _EXPORTS = {
     "Answer": ".env",
     "Capability": ".env",
     "Environment": ".env",
-    "EvaluationResult": ".env",
-    "SubScore": ".env",
     "Template": ".env",
     "graders": ".env",
-    # tasks
-    "Task": ".tasks",
+    # records and tasks
+    "Grade": ".records",
+    "Step": ".records",
+    "SubScore": ".records",
+    "Task": ".records",
+    "Trace": ".records",
     "Taskset": ".tasks",
     # wire
     "Client": ".channel",
@@ -62,17 +64,14 @@ _EXPORTS = {
     "SandboxRuntime": ".runtimes",
     "SubprocessRuntime": ".runtimes",
     # engine
-    "Grade": ".engine",
     "Job": ".engine",
     "RayExecutor": ".engine",
-    "Run": ".engine",
-    "Step": ".engine",
     "Timeouts": ".engine",
-    "Trace": ".engine",
     "rollout": ".engine",
     # agents
     "Agent": ".agents",
     "CommandAgent": ".agents",
+    "Run": ".agents",
     "ScriptedAgent": ".agents",
     "ToolAgent": ".agents",
     "agent_from_fn": ".agents",
@@ -126,12 +125,13 @@ if TYPE_CHECKING:
         TemplateError,
         WorkerLost,
     )
-    from .agents import Agent, CommandAgent, ScriptedAgent, ToolAgent, agent_from_fn
+    from .agents import Agent, CommandAgent, Run, ScriptedAgent, ToolAgent, agent_from_fn
     from .channel import Client, Manifest, Server, connect
-    from .engine import Grade, Job, RayExecutor, Run, Step, Timeouts, Trace, rollout
-    from .env import Answer, Capability, Environment, EvaluationResult, SubScore, Template, graders
+    from .engine import Job, RayExecutor, Timeouts, rollout
+    from .env import Answer, Capability, Environment, Template, graders
     from .models import ModelClient, RetryPolicy, model_client
     from .proxy import InterceptionProxy, Limits
+    from .records import Grade, Step, SubScore, Task, Trace
     from .runtimes import (
         ContainerRuntime,
         Endpoint,
@@ -142,4 +142,4 @@ if TYPE_CHECKING:
         SandboxRuntime,
         SubprocessRuntime,
     )
-    from .tasks import Task, Taskset
+    from .tasks import Taskset

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 import traceback
 from pathlib import Path
@@ -15,7 +16,7 @@ from ._errors import SourceError
 if TYPE_CHECKING:
     from .env._environment import Environment
 
-__all__ = ["find_environment", "load_module", "load_object", "source_modules"]
+__all__ = ["find_environment", "load_agent", "load_module", "load_object", "source_modules"]
 
 _LOADED: dict[Path, ModuleType] = {}
 
@@ -96,6 +97,55 @@ def load_object(spec: str) -> object:
         except AttributeError:
             raise SourceError(f"{spec}: {module_name} has no attribute {attr!r}") from None
     return obj
+
+
+def load_agent(spec: str, source: str, env_source: str | None = None) -> object:
+    """The agent `spec` names: `module:attr`, `path.py:attr` or `builtin`.
+
+    `builtin` is the `agent` global of the taskset source (else of `env_source`). A
+    class is instantiated with no arguments. `proctor run --agent` and the batch plan
+    both resolve agents here.
+
+    Raises:
+        SourceError: the module cannot be loaded, or nothing usable has that name.
+    """
+    if spec == "builtin":
+        places = [p for p in dict.fromkeys((source, env_source or source)) if _is_python(p)]
+        found = [
+            (place, module.agent)
+            for place in places
+            for module in source_modules(place)
+            if hasattr(module, "agent")
+        ]
+        if not found:
+            raise SourceError(
+                f"{' or '.join(places) or source} defines no 'agent'; "
+                "pass --agent module:attr or path.py:attr"
+            )
+        place, obj = found[0]
+        spec = f"{place}:agent"
+    else:
+        obj = load_object(spec)
+    if inspect.isclass(obj):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise SourceError(f"{spec}: cannot instantiate {obj.__name__}(): {exc}") from None
+    if not callable(obj):
+        raise SourceError(
+            f"{spec}: a {type(obj).__name__} is not an agent; need async __call__(run)"
+        )
+    call = obj if inspect.isroutine(obj) else type(obj).__call__
+    if inspect.isfunction(call) and not inspect.iscoroutinefunction(call):
+        raise SourceError(
+            f"{spec}: not async; an agent is `async def (run)` or async __call__(run)"
+        )
+    return obj
+
+
+def _is_python(source: str) -> bool:
+    path = Path(source)
+    return path.suffix == ".py" or path.is_dir() or not path.exists()
 
 
 def _where(exc: BaseException, target: Path) -> str:

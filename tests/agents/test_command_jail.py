@@ -96,7 +96,7 @@ async def test_harness_finds_none_of_the_drivers_secrets(tmp_path: Path) -> None
 
 def test_environment_is_an_allowlist_extended_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     from proctor import Task
-    from proctor.engine import Run
+    from proctor.agents import Run
 
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)

@@ -195,7 +195,7 @@ async def test_grade_shapes(raw, kind: str, expected: dict[str, Any]) -> None:
         ("inf", "scored: score must be a finite number; got inf"),
         (
             "text",
-            "scored: second yield must be a number, an EvaluationResult or a dict with "
+            "scored: second yield must be a number, a Grade or a dict with "
             "a numeric 'score'; got str",
         ),
         ("raise", "scored: ValueError: boom"),

@@ -11,7 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from proctor.env import Capability, Environment, EvaluationResult, SubScore
+from proctor.env import Capability, Environment
+from proctor.records import Grade, SubScore
 
 TIMEOUT = 5.0
 
@@ -144,7 +145,7 @@ def build_env(probe: Probe, capabilities: list[Capability]) -> Environment:
         elif kind == "bool":
             yield True
         elif kind == "eval":
-            yield EvaluationResult(
+            yield Grade(
                 subscores=[SubScore("a", 1.0), SubScore("b", 0.0, weight=3.0)],
                 info={"k": "v"},
                 content="explained",

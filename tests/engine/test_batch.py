@@ -19,8 +19,8 @@ import pytest
 
 from _support.echo_env import SOURCE, make_echo_env
 from proctor import Task, Taskset
-from proctor.agents import ScriptedAgent, agent_from_fn
-from proctor.engine import Job, Run, run_taskset
+from proctor.agents import Run, ScriptedAgent, agent_from_fn
+from proctor.engine import Job, run_taskset
 from proctor.runtimes import LocalRuntime, SubprocessRuntime
 
 events: list[str] = []

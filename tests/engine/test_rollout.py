@@ -15,8 +15,8 @@ import pytest
 
 from _support.echo_env import make_echo_env
 from proctor import Task
-from proctor.agents import agent_from_fn
-from proctor.engine import Run, Timeouts, rollout
+from proctor.agents import Run, agent_from_fn
+from proctor.engine import Timeouts, rollout
 from proctor.runtimes import Endpoint, LocalRuntime, Runtime
 
 events: list[str] = []

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from proctor import Capability, Environment, Task, TemplateError
-from proctor.env import EvaluationResult, SubScore
+from proctor.records import Grade, SubScore
 
 
 def test_template_call_mints_a_row_without_running() -> None:
@@ -149,7 +149,7 @@ def test_capabilities_are_unique_and_published_in_order() -> None:
 
 
 def test_evaluation_result_reward_defaults_to_weighted_subscores() -> None:
-    result = EvaluationResult(subscores=[SubScore("a", 1.0, 3), SubScore("b", 0.0, 1)])
+    result = Grade(subscores=[SubScore("a", 1.0, 3), SubScore("b", 0.0, 1)])
     assert result.reward == 0.75
     assert result.to_wire() == {
         "score": 0.75,
@@ -158,7 +158,7 @@ def test_evaluation_result_reward_defaults_to_weighted_subscores() -> None:
             {"name": "b", "value": 0.0, "weight": 1},
         ],
     }
-    assert EvaluationResult(0.5, is_error=True, content="c").to_wire() == {
+    assert Grade(0.5, is_error=True, content="c").to_wire() == {
         "score": 0.5,
         "content": "c",
         "isError": True,

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from proctor import Capability, Environment, EvaluationResult, SubScore
+from proctor import Capability, Environment, Grade, SubScore
 
 env = Environment("proctor-interop", version="0.1.0-test")
 
@@ -57,10 +57,10 @@ async def episode(slot: int = 7) -> AsyncGenerator[Any, Any]:
     yield {"score": 1.0 if answer == f"slot-{slot}" else 0.0, "seen": answer}
 
 
-@env.template(description="A graded EvaluationResult")
+@env.template(description="A graded Grade")
 async def rich() -> AsyncGenerator[Any, Any]:
     answer = yield "Say anything."
-    yield EvaluationResult(
+    yield Grade(
         reward=0.75,
         subscores=[SubScore("form", 1.0, 0.5), SubScore("substance", 0.5, 0.5)],
         info={"k": 1},

@@ -37,7 +37,7 @@ from proctor import (
     rollout,
 )
 from proctor.channel import Client
-from proctor.engine import Grade
+from proctor.records import Grade
 
 pytestmark = [pytest.mark.hud, pytest.mark.asyncio(loop_scope="module")]
 

@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from proctor._http import HttpClient, HttpServer, Request, Response
-from proctor.engine import Trace
 from proctor.models import FakeClock, RetryPolicy
 from proctor.proxy import InterceptionProxy, Limits, Upstream
+from proctor.records import Trace
 from proctor.testing import FakeModelServer, Fault
 
 REAL_KEY = "sk-real-upstream-key-never-leaks"

@@ -206,7 +206,7 @@ async def test_vllm_token_id_strings_become_ids(fake: FakeModelServer) -> None:
 
 def test_command_agent_environment_is_an_allowlist(monkeypatch: pytest.MonkeyPatch) -> None:
     from proctor import Environment, Task
-    from proctor.engine import Run
+    from proctor.agents import Run
 
     names = ["API_KEY", "OPENAI_KEY", "AZURE_OPENAI_KEY", "OPENROUTER_KEY", "OPENAI_APIKEY"]
     names += ["CREDENTIALS", "GH_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "MYSQL_PWD"]

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners, loopback_up
 
 from proctor import Task, Taskset
-from proctor.engine import Run, rollout, run_taskset
+from proctor.agents import Run
+from proctor.engine import rollout, run_taskset
 from proctor.engine._ray_executor import RayExecutor
 from proctor.runtimes import LocalRuntime
 from proctor.runtimes._ray import RayRuntime

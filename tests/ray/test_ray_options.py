@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from proctor import RuntimeLaunchError, Task, Taskset
-from proctor.engine import Run, run_taskset
+from proctor.agents import Run
+from proctor.engine import run_taskset
 from proctor.engine._ray_executor import RayExecutor, _settled, _TrackedRun
 from proctor.proxy import InterceptionProxy
 from proctor.runtimes._ray import RayRuntime, placement

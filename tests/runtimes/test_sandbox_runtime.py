@@ -26,8 +26,7 @@ from typing import Any
 import pytest
 
 from proctor import RuntimeLaunchError, Task
-from proctor.agents import agent_from_fn
-from proctor.agents import Run
+from proctor.agents import Run, agent_from_fn
 from proctor.engine import Timeouts, rollout
 from proctor.env import ShellClient
 from proctor.runtimes._sandbox import SandboxRuntime

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from proctor import LocalRuntime, SubprocessRuntime, Task
-from proctor.agents import agent_from_fn
-from proctor.engine import Run, rollout
+from proctor.agents import Run, agent_from_fn
+from proctor.engine import rollout
 from proctor.runtimes._base import ProviderLike
 from proctor.runtimes._sandbox import SandboxRuntime
 

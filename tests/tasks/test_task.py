@@ -9,11 +9,11 @@ import pytest
 from pydantic import ValidationError
 
 import proctor.tasks
-from proctor.tasks import Task, args_digest
+from proctor.records import Task, args_digest
 
 
 def test_exports() -> None:
-    assert proctor.tasks.__all__ == ["Task", "Taskset", "args_digest"]
+    assert proctor.tasks.__all__ == ["Taskset"]
     assert all(hasattr(proctor.tasks, name) for name in proctor.tasks.__all__)
 
 

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proctor._errors import TasksetError
-from proctor.tasks import Task, Taskset
+from proctor.records import Task
+from proctor.tasks import Taskset
 
 
 def _task(i: int, **kw: Any) -> Task:
@@ -345,7 +346,7 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 # --- Python sources ---------------------------------------------------------------------
 
-_HEADER = "from proctor.tasks import Task, Taskset\n"
+_HEADER = "from proctor import Task, Taskset\n"
 
 
 def _module(path: Path, body: str) -> Path:

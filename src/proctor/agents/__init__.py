@@ -1,8 +1,9 @@
-"""Agents: the contract, scripted agents, the tool-calling model agent, and harnesses
-in any language run as child processes."""
+"""Agents: the contract (`Agent`, and the `Run` it acts on), scripted agents, the
+tool-calling model agent, and harnesses in any language run as child processes."""
 
 from ._agent import Agent, FunctionAgent, ScriptedAgent, agent_from_fn
 from ._command import CommandAgent
+from ._run import Run, RunStatus
 from ._tool_agent import ToolAgent
 from ._tools import Tool, ToolResult, command_tool, function_tool, mcp_tools, run_tools, shell_tool
 
@@ -10,6 +11,8 @@ __all__ = [
     "Agent",
     "CommandAgent",
     "FunctionAgent",
+    "Run",
+    "RunStatus",
     "ScriptedAgent",
     "Tool",
     "ToolAgent",

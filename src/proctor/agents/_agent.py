@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..engine._run import Run
+    from ..agents._run import Run
 
 __all__ = ["Agent", "FunctionAgent", "ScriptedAgent", "agent_from_fn"]
 

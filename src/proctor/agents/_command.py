@@ -18,7 +18,7 @@ from .._errors import RolloutError
 from ._jail import HOME, Jail, Routes, private_folder
 
 if TYPE_CHECKING:
-    from ..engine._run import Run
+    from ..agents._run import Run
 
 __all__ = ["CommandAgent"]
 

@@ -16,7 +16,7 @@ from .._errors import ModelError
 from ._tools import Tool, ToolResult, function_tool, run_tools
 
 if TYPE_CHECKING:
-    from ..engine._run import Run
+    from ..agents._run import Run
     from ..models import ContextPolicy, ModelClient, ModelResponse, ToolCall, ToolSpec
 
 __all__ = ["ToolAgent"]

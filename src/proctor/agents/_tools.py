@@ -28,7 +28,7 @@ from ..env._shell import ShellClient, ShellResult
 from ..models import ToolSpec
 
 if TYPE_CHECKING:
-    from ..engine._run import Run
+    from ..agents._run import Run
     from ..env._types import Capability
 
 __all__ = [

@@ -156,8 +156,8 @@ async def _ask_server(loaded: Loaded, config: BatchConfig, url: str) -> None:
 
 async def _ask_container(config: BatchConfig, loaded: Loaded) -> None:
     from .._errors import RuntimeLaunchError
+    from ..records import Task
     from ..runtimes import ContainerRuntime
-    from ..tasks import Task
 
     assert loaded.rows is not None
     if not loaded.rows:

@@ -83,10 +83,10 @@ def _row_problem(env: Any, row: dict[str, Any]) -> str | None:
 
 def _agent_problem(spec: str) -> str | None:
     """Why `spec` is no agent, as `proctor run --agent` would refuse it; None if it is."""
-    from ..cli._run import resolve_agent
+    from .._loader import load_agent
 
     try:
-        resolve_agent(spec, spec.rpartition(":")[0])
+        load_agent(spec, spec.rpartition(":")[0])
     except Exception as exc:
         return _message(exc)
     return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import os
 import sys
 import time
@@ -15,17 +14,19 @@ from typing import IO, TYPE_CHECKING, Any
 from ._common import CLIError, print_json, read_token, run_async, split_source, table
 
 if TYPE_CHECKING:
-    from ..engine import Job, Run
+    from ..agents import Run
+    from ..engine import Job
     from ..env import Environment
     from ..proxy import InterceptionProxy
     from ..runtimes import ProviderLike
     from ..tasks import Taskset
 
-__all__ = ["cmd_run", "resolve_agent"]
+__all__ = ["cmd_run"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run every row `--group` times; exit 1 with `--strict` if any run failed."""
+    from .._loader import load_agent
     from ..tasks import Taskset
 
     # Cheap checks first: a typo should not wait for the taskset to import.
@@ -63,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CLIError("--harness-env and --no-jail apply to --harness")
     agent, proxy = _model_agent(args) if args.model or args.harness else (None, None)
     if agent is None:
-        agent = resolve_agent(args.agent, source, env_source)
+        agent = load_agent(args.agent, source, env_source)
     max_concurrent = args.max_concurrent
     if max_concurrent is None and runtime in _CHILDREN:
         max_concurrent = 2 * (os.cpu_count() or 1)
@@ -103,48 +104,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # -- agent ------------------------------------------------------------------------------
-
-
-def resolve_agent(spec: str, source: str, env_source: str | None = None) -> Any:
-    """The agent `spec` names: `module:attr`, `path.py:attr` or `builtin`.
-
-    `builtin` is the `agent` global of the taskset source (else of `env_source`). A
-    class is instantiated with no arguments.
-
-    Raises:
-        CLIError: nothing usable by that name.
-        SourceError: the module cannot be loaded.
-    """
-    from .._loader import load_object, source_modules
-
-    if spec == "builtin":
-        places = [p for p in dict.fromkeys((source, env_source or source)) if _is_python(p)]
-        found = [
-            (place, module.agent)
-            for place in places
-            for module in source_modules(place)
-            if hasattr(module, "agent")
-        ]
-        if not found:
-            raise CLIError(
-                f"{' or '.join(places) or source} defines no 'agent'; "
-                "pass --agent module:attr or path.py:attr"
-            )
-        place, obj = found[0]
-        spec = f"{place}:agent"
-    else:
-        obj = load_object(spec)
-    if inspect.isclass(obj):
-        try:
-            obj = obj()
-        except TypeError as exc:
-            raise CLIError(f"{spec}: cannot instantiate {obj.__name__}(): {exc}") from None
-    if not callable(obj):
-        raise CLIError(f"{spec}: a {type(obj).__name__} is not an agent; need async __call__(run)")
-    call = obj if inspect.isroutine(obj) else type(obj).__call__
-    if inspect.isfunction(call) and not inspect.iscoroutinefunction(call):
-        raise CLIError(f"{spec}: not async; an agent is `async def (run)` or async __call__(run)")
-    return obj
 
 
 def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | None]:

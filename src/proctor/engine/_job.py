@@ -7,8 +7,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from ._records import JobStats
-from ._run import Run
+from ..agents._run import Run
+from ..records._records import JobStats
 
 __all__ = ["Job"]
 

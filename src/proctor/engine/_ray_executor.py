@@ -16,17 +16,17 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import RolloutError, RuntimeLaunchError, WorkerLost
+from ..agents._run import Run
 from ..runtimes._ray import connect_ray, placement
 from ._rollout import execute
-from ._run import Run
 from ._timeouts import Timeouts
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
     from ..agents._agent import Agent
+    from ..records._task import Task
     from ..runtimes._base import ProviderLike
-    from ..tasks._task import Task
 
 __all__ = ["RayExecutor", "WorkerLost"]
 

@@ -12,16 +12,16 @@ from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RolloutTimeout, RuntimeLaunchError
+from ..agents._run import Run
 from ..channel._client import connect
 from ._job import Job
-from ._run import Run
 from ._timeouts import Timeouts
 
 if TYPE_CHECKING:
     from ..agents._agent import Agent
     from ..proxy import InterceptionProxy, Limits
+    from ..records._task import Task
     from ..runtimes._base import ProviderLike
-    from ..tasks._task import Task
     from ._ray_executor import RayExecutor
 
 __all__ = ["execute", "rollout", "run_taskset"]

@@ -5,17 +5,15 @@ from ._environment import Environment
 from ._runner import TaskRunner
 from ._shell import ShellClient, ShellResult, ShellServer
 from ._template import Template
-from ._types import Answer, Capability, EvaluationResult, SubScore
+from ._types import Answer, Capability
 
 __all__ = [
     "Answer",
     "Capability",
     "Environment",
-    "EvaluationResult",
     "ShellClient",
     "ShellResult",
     "ShellServer",
-    "SubScore",
     "TaskRunner",
     "Template",
     "graders",

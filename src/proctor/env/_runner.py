@@ -8,8 +8,8 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from .._errors import TaskError
+from ..records._records import Grade
 from ._template import Template
-from ._types import EvaluationResult
 
 __all__ = ["TaskRunner"]
 
@@ -96,7 +96,7 @@ class TaskRunner:
     def _normalize(self, value: Any) -> dict[str, Any]:
         if isinstance(value, bool | int | float):
             return {"score": self._finite(value)}
-        if isinstance(value, EvaluationResult):
+        if isinstance(value, Grade):
             wire = value.to_wire()
             wire["score"] = self._finite(wire["score"])
             return wire
@@ -105,7 +105,7 @@ class TaskRunner:
             out["score"] = self._finite(value["score"])
             return out
         raise TaskError(
-            f"{self.task_id}: second yield must be a number, an EvaluationResult "
+            f"{self.task_id}: second yield must be a number, a Grade "
             f"or a dict with a numeric 'score'; got {type(value).__name__}"
         )
 

@@ -14,7 +14,7 @@ from ._types import Answer
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
-    from ..tasks._task import Task
+    from ..records._task import Task
 
 __all__ = ["Template", "TemplateFn"]
 
@@ -67,7 +67,7 @@ class Template:
 
     def __call__(self, **args: Any) -> Task:
         """Mint a `Task` row with these args (names checked, values coerced at start)."""
-        from ..tasks._task import Task
+        from ..records._task import Task
 
         self._check_names(args, TemplateError)
         return Task(env=self.env_name, id=self.id, args=args)

@@ -1,12 +1,11 @@
-"""Values a template author touches: capabilities, evaluation results, typed answers."""
+"""Values a template author touches: capabilities and typed answers."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Answer", "Capability", "EvaluationResult", "SubScore"]
+__all__ = ["Answer", "Capability"]
 
 T = TypeVar("T")
 
@@ -54,54 +53,6 @@ class Capability:
             str(data["url"]),
             dict(data.get("params") or {}),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class SubScore:
-    """One named component of a grade."""
-
-    name: str
-    value: float
-    weight: float = 1.0
-
-
-@dataclass(slots=True)
-class EvaluationResult:
-    """A rich second yield: a reward plus how it was reached.
-
-    When `reward` is omitted it is the weighted mean of `subscores`.
-    """
-
-    reward: float = math.nan
-    subscores: list[SubScore] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-    content: str | None = None
-    is_error: bool = False
-    done: bool | None = None
-
-    def __post_init__(self) -> None:
-        self.subscores = [s if isinstance(s, SubScore) else SubScore(**s) for s in self.subscores]
-        if math.isnan(self.reward) and self.subscores:
-            total = sum(s.weight for s in self.subscores)
-            if total:
-                self.reward = sum(s.value * s.weight for s in self.subscores) / total
-
-    def to_wire(self) -> dict[str, Any]:
-        """The `tasks.grade` result for this evaluation."""
-        out: dict[str, Any] = {"score": self.reward}
-        if self.subscores:
-            out["subscores"] = [
-                {"name": s.name, "value": s.value, "weight": s.weight} for s in self.subscores
-            ]
-        if self.info:
-            out["info"] = self.info
-        if self.content is not None:
-            out["content"] = self.content
-        if self.done is not None:
-            out["done"] = self.done
-        if self.is_error:
-            out["isError"] = True
-        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from ..models._names import Api
 from ._session import Limits, ProxySession, Replay, _KeyState
 
 if TYPE_CHECKING:
-    from ..engine._records import Trace
+    from ..records._records import Trace
 
 __all__ = ["InterceptionProxy", "Upstream"]
 

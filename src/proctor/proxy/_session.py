@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..engine._records import Trace
     from ..models import Usage
+    from ..records._records import Trace
 
 __all__ = ["Limits", "ProxySession", "Replay"]
 
 if TYPE_CHECKING:
-    from ..engine._records import Step
+    from ..records._records import Step
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from ..channel._server import Server
-    from ..tasks._task import Task
+    from ..records._task import Task
 
 __all__ = ["Endpoint", "Provider", "ProviderLike", "Runtime"]
 

@@ -18,7 +18,7 @@ from ..env._environment import Environment
 from ._base import Endpoint, Provider
 
 if TYPE_CHECKING:
-    from ..tasks._task import Task
+    from ..records._task import Task
 
 __all__ = ["EnvSource", "LocalRuntime", "find_environment"]
 

@@ -38,8 +38,8 @@ import traceback
 from collections.abc import Callable
 
 from .._errors import ProctorError
+from ..channel._serve import serve
 from ..env._environment import Environment
-from ..serve import serve
 from ._local import find_environment
 
 READY = b"READY"

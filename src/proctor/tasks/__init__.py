@@ -1,6 +1,5 @@
-"""Task rows and tasksets: `Task`, `Taskset` and the slug digest `args_digest`."""
+"""Tasksets: `Taskset` (files, filters, slugs) and its `run` front for the engine."""
 
-from ._task import Task, args_digest
 from ._taskset import Taskset
 
-__all__ = ["Task", "Taskset", "args_digest"]
+__all__ = ["Taskset"]

@@ -18,12 +18,13 @@ from pydantic import ValidationError
 
 from .._errors import SourceError, TasksetError
 from .._loader import source_modules
-from ._task import Task
+from ..records._task import Task
 
 if TYPE_CHECKING:
     from ..agents._agent import Agent
-    from ..engine import Job, Timeouts
+    from ..engine._job import Job
     from ..engine._ray_executor import RayExecutor
+    from ..engine._timeouts import Timeouts
     from ..proxy import InterceptionProxy, Limits
     from ..runtimes._base import ProviderLike
 

@@ -20,13 +20,13 @@ from .._errors import ChannelError, RemoteError
 from ..channel._client import connect, dialer_for
 from ..engine._rollout import rollout
 from ..engine._timeouts import Timeouts
+from ..records._task import Task
 from ..runtimes._base import Endpoint, Runtime
-from ..tasks._task import Task
 from .conformance_env import process_identity, starttime
 
 if TYPE_CHECKING:
     from ..agents._agent import Agent
-    from ..engine._run import Run
+    from ..agents._run import Run
     from ..runtimes._base import ProviderLike
 
 __all__ = ["RUNTIME_CHECKS", "RuntimeReport", "check_runtime"]

@@ -8,13 +8,13 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ChannelError, ProtocolError
-from ._records import Grade, RunError, Trace
+from ..records._records import Grade, RunError, Trace
 
 if TYPE_CHECKING:
     from ..channel._client import Client
     from ..env._types import Capability
     from ..proxy import ProxySession
-    from ..tasks._task import Task
+    from ..records._task import Task
 
 __all__ = ["Run", "RunStatus"]
 

@@ -1,4 +1,4 @@
-"""What a rollout leaves behind: `Grade`, `Step`, `Trace`, `RunError`, `Job` stats.
+"""What a rollout leaves behind: `Grade`, `SubScore`, `Step`, `Trace`, `RunError`, job stats.
 
 Plain slotted dataclasses (no validation on the hot path); `to_dict()` gives the JSON
 row written to `runs.jsonl`.
@@ -11,21 +11,47 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Grade", "JobStats", "RunError", "Step", "StepKind", "Trace"]
+__all__ = ["Grade", "JobStats", "RunError", "Step", "StepKind", "SubScore", "Trace"]
 
 StepKind = Literal["task", "user", "assistant", "tool_call", "tool_result", "model_turn"]
 
 
+@dataclass(frozen=True, slots=True)
+class SubScore:
+    """One named component of a grade."""
+
+    name: str
+    value: float
+    weight: float = 1.0
+
+
 @dataclass(slots=True)
 class Grade:
-    """The environment's evaluation of one answer."""
+    """An evaluation of one answer: a reward, and how it was reached.
 
-    reward: float
-    subscores: list[dict[str, Any]] = field(default_factory=list)
+    A template yields one as its second yield when a bare number is not enough; the
+    engine reads one back from every `tasks.grade`. When `reward` is omitted it is the
+    weighted mean of `subscores`, which may be `SubScore`s or wire dicts and are kept
+    as wire dicts (a peer's extra keys survive).
+    """
+
+    reward: float = math.nan
+    subscores: list[Any] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     content: str | None = None
     is_error: bool = False
     done: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.subscores = [
+            {"name": s.name, "value": s.value, "weight": s.weight} if isinstance(s, SubScore) else s
+            for s in self.subscores
+        ]
+        if math.isnan(self.reward) and self.subscores:
+            parts = [SubScore(**s) for s in self.subscores]
+            total = sum(s.weight for s in parts)
+            if total:
+                self.reward = sum(s.value * s.weight for s in parts) / total
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Grade:
@@ -45,6 +71,21 @@ class Grade:
             bool(data.get("isError", False)),
             data.get("done"),
         )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The `tasks.grade` result for this grade."""
+        out: dict[str, Any] = {"score": self.reward}
+        if self.subscores:
+            out["subscores"] = self.subscores
+        if self.info:
+            out["info"] = self.info
+        if self.content is not None:
+            out["content"] = self.content
+        if self.done is not None:
+            out["done"] = self.done
+        if self.is_error:
+            out["isError"] = True
+        return out
 
 
 @dataclass(slots=True)
