@@ -9,6 +9,7 @@ import orjson
 import pytest
 from http_helpers import TIMEOUT, Scripted, Serve
 
+from _support.waiting import until
 from proctor._errors import HttpConnectError, HttpReadError, HttpTimeout
 from proctor._http import Abort, Headers, HttpClient, Request, Response
 
@@ -135,9 +136,11 @@ async def test_large_body_with_backpressure(serve: Serve, client: HttpClient) ->
 
 
 async def test_abort_mid_stream_is_a_read_error(serve: Serve, client: HttpClient) -> None:
+    got_head = asyncio.Event()
+
     async def parts() -> AsyncIterator[bytes]:
         yield b"first"
-        await asyncio.sleep(0.01)
+        await got_head.wait()
         raise Abort
 
     async def handler(request: Request) -> Response:
@@ -145,6 +148,7 @@ async def test_abort_mid_stream_is_a_read_error(serve: Serve, client: HttpClient
 
     server = await serve(handler)
     resp = await client.request("GET", server.url)
+    got_head.set()
     with pytest.raises(HttpReadError, match="mid-response"):
         await resp.read()
 
@@ -276,7 +280,6 @@ async def test_a_post_on_a_reused_connection_is_never_resent(client: HttpClient)
         await (await client.request("POST", server.url, body=b"")).read()
         with pytest.raises(HttpReadError, match="may have received"):
             await client.request("POST", server.url, body=b"")
-        await asyncio.sleep(0.05)
         assert requests == 2 and server.connections == 1  # sent once, failed once
 
 
@@ -366,9 +369,12 @@ async def test_max_connections_bounds_the_pool(serve: Serve) -> None:
 
 
 async def test_aclose_breaks_an_in_flight_response(serve: Serve) -> None:
+    sent = asyncio.Event()
+
     async def parts() -> AsyncIterator[bytes]:
         yield b"a"
-        await asyncio.sleep(10)
+        sent.set()
+        await asyncio.sleep(10)  # a stalled upstream, the scenario
         yield b"b"
 
     async def handler(request: Request) -> Response:
@@ -378,7 +384,7 @@ async def test_aclose_breaks_an_in_flight_response(serve: Serve) -> None:
     client = HttpClient()
     resp = await client.request("GET", server.url)
     reading = asyncio.create_task(resp.read())
-    await asyncio.sleep(0.01)
+    await sent.wait()
     await client.aclose()
     with pytest.raises(HttpReadError):
         await reading
@@ -404,7 +410,6 @@ async def test_pooled_connection_closed_by_server_aclose(serve: Serve, client: H
     server = await serve(echo)
     await (await client.request("GET", server.url)).read()
     await server.aclose()
-    await asyncio.sleep(0.01)  # the client sees the close of its idle connection
-    assert not client._open
+    await until(lambda: not client._open, "the client saw its idle connection close")
     with pytest.raises(HttpConnectError):
         await client.request("GET", server.url)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from http_helpers import TIMEOUT, Dial, Serve
 
-from proctor._http import Abort, HttpLimits, Request, Response
+from proctor._http import Abort, HttpLimits, HttpServer, Request, Response
 
 
 async def echo(request: Request) -> Response:
@@ -37,6 +37,15 @@ async def test_get_and_keep_alive(serve: Serve, dial: Dial) -> None:
         assert (got["path"], got["query"], got["body"]) == (f"/a/{n}", "x=1", "")
         assert got["headers"] == [["Host", "h"], ["X-Y", "z"]]
     await raw.close()
+
+
+async def closing_while(server: HttpServer, release: asyncio.Event) -> asyncio.Task[None]:
+    """Start `server.aclose()`, and once it is closing, let the held handler answer."""
+    closing = asyncio.create_task(server.aclose())
+    await asyncio.sleep(0)  # aclose runs up to its wait for the in-flight request
+    assert server.closing
+    release.set()
+    return closing
 
 
 async def test_content_length_body(serve: Serve, dial: Dial) -> None:
@@ -367,7 +376,7 @@ async def test_client_disconnect_cancels_the_handler(serve: Serve, dial: Dial) -
     async def forever(request: Request) -> Response:
         started.set()
         try:
-            await asyncio.sleep(60)
+            await asyncio.Event().wait()
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -446,29 +455,30 @@ async def test_aclose_closes_idle_keep_alive_connections(serve: Serve, dial: Dia
 
 
 async def test_aclose_lets_an_in_flight_request_finish(serve: Serve, dial: Dial) -> None:
-    started = asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
 
     async def slow(request: Request) -> Response:
         started.set()
-        await asyncio.sleep(0.1)
+        await release.wait()
         return Response.text("done")
 
     server = await serve(slow)
     raw = await dial(server)
     await raw.send(b"GET / HTTP/1.1\r\n\r\n")
     await started.wait()
-    closing = asyncio.create_task(server.aclose())
+    closing = await closing_while(server, release)
     status, headers, body = await raw.response()
     assert (status, headers["connection"], body) == (200, "close", b"done")
     await closing
 
 
 async def test_aclose_cancels_requests_past_the_grace(serve: Serve, dial: Dial) -> None:
-    cancelled = asyncio.Event()
+    started, cancelled = asyncio.Event(), asyncio.Event()
 
     async def stuck(request: Request) -> Response:
+        started.set()
         try:
-            await asyncio.sleep(60)
+            await asyncio.Event().wait()
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -477,7 +487,7 @@ async def test_aclose_cancels_requests_past_the_grace(serve: Serve, dial: Dial) 
     server = await serve(stuck)
     raw = await dial(server)
     await raw.send(b"GET / HTTP/1.1\r\n\r\n")
-    await asyncio.sleep(0.01)
+    await started.wait()
     await asyncio.wait_for(server.aclose(grace=0.05), TIMEOUT)
     assert cancelled.is_set()
     assert await raw.at_eof()
@@ -492,19 +502,20 @@ async def test_url_and_context_manager() -> None:
 
 
 async def test_aclose_flushes_a_large_last_response(serve: Serve, dial: Dial) -> None:
-    started = asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
     big = b"b" * (8 * 1024 * 1024)
 
     async def slow(request: Request) -> Response:
         started.set()
-        await asyncio.sleep(0.05)
+        await release.wait()
         return Response(body=big)
 
     server = await serve(slow)
     raw = await dial(server)
     await raw.send(b"GET / HTTP/1.1\r\n\r\n")
     await started.wait()
-    closing = asyncio.create_task(server.aclose())
-    await asyncio.sleep(0.2)  # the response sits in the server's buffer, the client not reading
+    closing = await closing_while(server, release)
+    # a slow reader, the scenario: the response sits in the server's buffer meanwhile
+    await asyncio.sleep(0.2)
     assert (await raw.response())[2] == big
     await closing
