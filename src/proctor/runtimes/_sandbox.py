@@ -88,8 +88,16 @@ from typing import TYPE_CHECKING, Any
 
 from ._base import Endpoint, Provider
 from ._process import check_teardown
-from ._sandbox_host import _Cold, _Host, _host_uid, _reconcile, _Zygote
-from ._sandbox_inside import _ENTRY, CONTROL_DIR, Network
+from ._sandbox_host import (
+    _ENTRY,
+    CONTROL_DIR,
+    Network,
+    _Cold,
+    _Host,
+    _host_uid,
+    _reconcile,
+    _Zygote,
+)
 
 if TYPE_CHECKING:
     from ..records._task import Task
@@ -264,13 +272,19 @@ class SandboxRuntime(Provider):
     async def _forked(self, task: Task) -> AsyncIterator[Endpoint]:
         limits = self._limits_for(task)
         zygote = await self._warm_zygote()
-        child = zygote.fork(limits)
+        child, path = zygote.fork(limits)
         try:
-            url = await child.ready(self.startup_timeout)
+            port = await child.ready(self.startup_timeout)
+            url = f"tcp://127.0.0.1:{port}" if path is None else f"unix://{path}"
             with _deadline(limits.wall_time, child.kill):
                 yield Endpoint(url, token=child.token)
         finally:
-            await child.stop(self.stop_timeout)
+            try:
+                await child.stop(self.stop_timeout)
+            finally:
+                if path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
         check_teardown(child.teardown_error)
 
     def _limits_for(self, task: Task) -> _Limits:

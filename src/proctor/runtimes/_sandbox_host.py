@@ -25,16 +25,23 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .._errors import RuntimeLaunchError
 from ._process import REAP, Child
-from ._sandbox_inside import _ENTRY, _READY, CONTROL_DIR, WORKDIR, _under
+from ._warm import Forked, request
 
 if TYPE_CHECKING:
     from ._sandbox import SandboxRuntime, _Limits
 
 log = logging.getLogger("proctor.runtimes.sandbox")
+
+Network = Literal["none", "host"]
+
+WORKDIR = "/sandbox"
+CONTROL_DIR = "/run/proctor"  # where Unix sockets live, inside the sandbox
+_READY = b'{"ready": true}'
+_ENTRY = "proctor.runtimes._sandbox_inside"  # never imported by the package: run with -m
 
 SANDBOX_UID = 65534  # nobody, inside the sandbox
 # When proctor runs as root, each runtime's sandboxes run on the host as a uid of their
@@ -422,31 +429,18 @@ class _Zygote:
             raise await self.proc.died()
         self.ready = True
 
-    def fork(self, limits: _Limits) -> _Forked:
-        """Ask for a rollout; its channel reports its pid, then its readiness.
+    def fork(self, limits: _Limits) -> tuple[Forked, Path | None]:
+        """Ask for a rollout: its `Forked` and its socket's host path (network "none").
 
         Raises:
             RuntimeLaunchError: the zygote is gone or not reading.
         """
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if self.ctl is None or not self.alive:
+            raise RuntimeLaunchError(self.proc.why("the zygote is not running"))
         name = secrets.token_hex(8)
         path = None if self.sockets is None else self.sockets / f"{name}.sock"
-        try:
-            if self.ctl is None or not self.alive:
-                raise RuntimeLaunchError(self.proc.why("the zygote is not running"))
-            request = json.dumps({"name": name, "limits": limits.inside()}).encode()
-            socket.send_fds(self.ctl, [request], [theirs.fileno()])
-            token = secrets.token_urlsafe(32)  # straight to the rollout, not via the zygote
-            mine.send(json.dumps({"token": token}).encode())
-        except OSError as exc:
-            mine.close()
-            raise RuntimeLaunchError(self.proc.why(f"cannot reach the zygote: {exc}")) from exc
-        except BaseException:
-            mine.close()
-            raise
-        finally:
-            theirs.close()
-        return _Forked(self, mine, path, token)
+        body = {"name": name, "limits": limits.inside()}
+        return request(self.ctl, body, self.proc.why, logger=log), path
 
     async def stop(self) -> None:
         """Close the zygote's channel (it exits and its sandbox with it), then reap it."""
@@ -457,130 +451,5 @@ class _Zygote:
             shutil.rmtree(self.sockets, ignore_errors=True)
 
 
-class _Forked:
-    """One warm rollout: its channel to the sandboxed child, its pidfd, its readiness."""
-
-    def __init__(self, zygote: _Zygote, sock: socket.socket, path: Path | None, token: str) -> None:
-        loop = asyncio.get_running_loop()
-        self.zygote = zygote
-        self.token = token
-        self.sock = sock
-        self.path = path
-        self.pidfd: int | None = None
-        self.has_pid = asyncio.Event()
-        self.gone = asyncio.Event()
-        self.announced: asyncio.Future[int | None] = loop.create_future()
-        self.teardown_error: str | None = None  # what its shutdown hooks said, if they failed
-        sock.setblocking(False)
-        loop.add_reader(sock.fileno(), self._readable)
-
-    async def ready(self, timeout: float) -> str:  # noqa: ASYNC109
-        """The endpoint URL, once the child serves.
-
-        Raises:
-            RuntimeLaunchError: the child failed, died, or stayed silent for `timeout`.
-        """
-        try:
-            async with asyncio.timeout(timeout):
-                port = await self.announced
-        except TimeoutError:
-            raise RuntimeLaunchError(
-                self.zygote.proc.why(f"forked rollout not serving within {timeout:g}s")
-            ) from None
-        if self.path is not None:
-            return f"unix://{self.path}"
-        return f"tcp://127.0.0.1:{port}"
-
-    def _readable(self) -> None:
-        while True:
-            try:
-                data, fds, _, _ = socket.recv_fds(self.sock, 65536, 1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data, fds = b"", []
-            for fd in fds:
-                if self.pidfd is None:
-                    self._watch(fd)
-                else:
-                    os.close(fd)
-            if not data and not fds:  # every end on the child's side is closed
-                asyncio.get_running_loop().remove_reader(self.sock.fileno())
-                self._fail("the forked rollout exited before serving")
-                return
-            try:
-                msg = json.loads(data)
-            except ValueError:
-                msg = {"error": f"unreadable report {data[:200]!r}"}
-            if "error" in msg:
-                self._fail(f"forked rollout failed: {msg['error']}")
-            elif "ready" in msg and not self.announced.done():
-                self.announced.set_result(msg["ready"])
-            if self.announced.done():  # nothing more to hear: its code runs from now on
-                asyncio.get_running_loop().remove_reader(self.sock.fileno())
-                return
-
-    def _last_words(self) -> None:
-        """Take a teardown report the rollout left on its channel before it exited."""
-        while self.gone.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except OSError:  # nothing left (BlockingIOError) or the channel broke
-                return
-            if not data:
-                return
-            with contextlib.suppress(ValueError):
-                msg = json.loads(data)
-                if isinstance(msg, dict) and isinstance(msg.get("teardown_error"), str):
-                    self.teardown_error = msg["teardown_error"][:2000]
-
-    def _fail(self, why: str) -> None:
-        if not self.announced.done():
-            self.announced.set_exception(RuntimeLaunchError(self.zygote.proc.why(why)))
-
-    def _watch(self, pidfd: int) -> None:
-        self.pidfd = pidfd
-        self.has_pid.set()
-        asyncio.get_running_loop().add_reader(pidfd, self.gone.set)
-
-    def kill(self) -> None:
-        if self.pidfd is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-
-    async def stop(self, grace: float) -> None:
-        """SIGTERM the rollout (its shutdown hooks run), SIGKILL it after `grace`.
-
-        It is the first process of its own pid namespace, so its death ends every
-        process it started.
-        """
-        loop = asyncio.get_running_loop()
-        try:
-            if not self.has_pid.is_set():  # stopped while forking: its pid is on the way
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.has_pid.wait(), REAP)
-            served = self.announced.done() and not self.announced.cancelled()
-            if served and self.announced.exception() is None and self.pidfd is not None:
-                with contextlib.suppress(OSError):
-                    signal.pidfd_send_signal(self.pidfd, signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(self.gone.wait(), grace)
-                except TimeoutError:
-                    log.warning("sandboxed rollout ignored SIGTERM for %gs; killing", grace)
-        finally:
-            self.kill()
-            if self.pidfd is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.gone.wait(), REAP)
-                loop.remove_reader(self.pidfd)
-                os.close(self.pidfd)
-            loop.remove_reader(self.sock.fileno())
-            self._last_words()
-            self.sock.close()
-            if not self.announced.done():
-                self.announced.cancel()
-            elif not self.announced.cancelled():
-                self.announced.exception()  # a launch failure already raised; retrieved
-            if self.path is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)

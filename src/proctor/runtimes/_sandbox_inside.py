@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import ctypes
 import json
 import math
@@ -21,23 +20,16 @@ import socket
 import stat
 import struct
 import sys
-import traceback
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from .._errors import ProctorError, TeardownError
-from ..channel._serve import SHUTDOWN_FAILED
+from .._errors import ProctorError
+from ._fork import Announce, fork_watched, report, rollout_child, serve_requests
+from ._sandbox_host import _ENTRY, _READY, CONTROL_DIR, WORKDIR, Network, _under
 
 if TYPE_CHECKING:
     from ..env._environment import Environment
-
-Network = Literal["none", "host"]
-
-WORKDIR = "/sandbox"
-CONTROL_DIR = "/run/proctor"  # where Unix sockets live, inside the sandbox
-_READY = b'{"ready": true}'
-_ENTRY = "proctor.runtimes._sandbox_inside"
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000
@@ -189,21 +181,11 @@ def _zygote_main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when we stop
     sys.stderr.flush()
     ctl.send(_READY)
-    while True:
-        data, fds, _, _ = socket.recv_fds(ctl, 65536, 1)
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass  # earlier children, which exit as soon as their rollout is forked
-        if not data:
-            return 0  # the host closed the channel (or died): the sandbox ends with us
-        if not fds:
-            continue
-        channel = socket.socket(fileno=fds[0])
-        channel.set_inheritable(False)
-        try:
-            _fork(env, ctl, channel, json.loads(data), args.network)
-        finally:
-            channel.close()
+
+    def fork(request: dict[str, Any], channel: socket.socket) -> None:
+        _fork(env, ctl, channel, request, args.network)
+
+    return serve_requests(ctl, fork)  # at EOF the sandbox ends with us
 
 
 def _fork(
@@ -221,7 +203,7 @@ def _fork(
             listener.listen(128)
         pid = os.fork()
     except (OSError, KeyError) as exc:
-        _report(channel, {"error": f"cannot fork a rollout: {exc}"})
+        report(channel, {"error": f"cannot fork a rollout: {exc}"})
         if listener is not None:
             listener.close()
         return
@@ -239,27 +221,14 @@ def _isolated(
     limits: Mapping[str, Any],
     network: Network,
 ) -> NoReturn:
-    """New namespaces, then a child that is the first process of the new pid namespace.
-
-    The child waits until its pidfd is on its way to the host (our exit closes `go`), so
-    nothing it runs can speak on the channel before that.
-    """
+    """New namespaces, then a child that is the first process of the new pid namespace."""
     try:
         _unshare(network)
-        wait, go = os.pipe()
-        pid = os.fork()
+        fork_watched(channel, lambda: _rollout(env, channel, listener, limits, network))
     except BaseException as exc:
-        _report(channel, {"error": f"cannot isolate the rollout: {exc}"})
+        report(channel, {"error": f"cannot isolate the rollout: {exc}"})
         os._exit(1)
-    if pid == 0:
-        os.close(go)
-        os.read(wait, 1)
-        os.close(wait)
-        _rollout(env, channel, listener, limits, network)
-    try:
-        socket.send_fds(channel, [b'{"pid": true}'], [os.pidfd_open(pid)])
-    finally:
-        os._exit(0)
+    os._exit(0)
 
 
 def _rollout(
@@ -271,50 +240,20 @@ def _rollout(
 ) -> NoReturn:
     from ..channel._serve import serve
 
-    code = 1
-    announced = False
-
-    def ready(port: int | None) -> None:
-        nonlocal announced
-        _report(channel, {"ready": port})
-        announced = True
-
-    try:
-        token = json.loads(channel.recv(4096))["token"]  # sent by the host with the request
-        os.setsid()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    def prepare() -> None:
         _seal(network, limits.get("tmpfs"))
         _apply_limits(limits)
-        os.dup2(2, 1)  # the environment's prints go to the log
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        asyncio.run(
-            serve(
-                env,
-                unix=listener,
-                token=token,
-                announce=ready,
-                announce_unix=lambda _: ready(None),
-            )
+
+    async def serving(token: str, announce: Announce) -> None:
+        await serve(
+            env,
+            unix=listener,
+            token=token,
+            announce=announce,
+            announce_unix=lambda _: announce(None),
         )
-        code = 0
-    except BaseException as exc:
-        if not announced:
-            _report(channel, {"error": f"{type(exc).__name__}: {exc}"})
-        elif isinstance(exc, TeardownError):  # read by the host once we are gone
-            _report(channel, {"teardown_error": str(exc).removeprefix(SHUTDOWN_FAILED)})
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
 
-
-def _report(channel: socket.socket, msg: dict[str, Any]) -> None:
-    with contextlib.suppress(OSError):
-        channel.send(json.dumps(msg).encode())
+    rollout_child(channel, prepare, serving)
 
 
 def _stage_main(args: argparse.Namespace) -> int:
@@ -330,10 +269,6 @@ def _stage_main(args: argparse.Namespace) -> int:
     print("READY", flush=True)
     sys.stdin.read()  # until the host closes our stdin (or dies)
     return 0
-
-
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def main(argv: list[str] | None = None) -> int:

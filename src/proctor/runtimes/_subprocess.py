@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -17,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
-from ._process import LAST_WORDS, REAP, Child, check_teardown, kill, killpg
+from ._process import LAST_WORDS, Child, check_teardown
+from ._warm import Forked, request
 
 if TYPE_CHECKING:
     from ..records._task import Task
@@ -161,13 +161,13 @@ class SubprocessRuntime(Provider):
 
     @contextlib.asynccontextmanager
     async def _forked(self) -> AsyncIterator[Endpoint]:
-        child = await self._warm_pool().fork()
+        child, port = await self._warm_pool().fork()
         try:
-            yield Endpoint(f"tcp://127.0.0.1:{child.port.result()}", token=child.token)
+            yield Endpoint(f"tcp://127.0.0.1:{port}", token=child.token)
         finally:
             if child.gone.is_set():
                 log.warning("environment process %s died during its rollout", child.pid)
-            await child.stop()
+            await child.stop(self.stop_timeout)
         check_teardown(child.teardown_error)
 
     def _warm_pool(self) -> _WarmPool:
@@ -287,8 +287,8 @@ class _WarmPool:
         except BaseExceptionGroup as group:
             raise group.exceptions[0] from None
 
-    async def fork(self) -> _Forked:
-        """A served child from the next zygote, restarting it once if it died.
+    async def fork(self) -> tuple[Forked, int]:
+        """A served child and its port from the next zygote, restarting it once if it died.
 
         Raises:
             RuntimeLaunchError: no zygote could be started or the child failed to serve.
@@ -361,7 +361,7 @@ class _Zygote(_Child):
     """A zygote process (see `_zygote`): forks a served child per `fork()` call.
 
     Reuses `_Child` for spawning, output routing and stopping; it prints `READY` on
-    stdout where a server prints its port, then talks over its control socket.
+    stdout where a server prints its port, then reads requests on its control socket.
     """
 
     announces = "READY"
@@ -371,9 +371,6 @@ class _Zygote(_Child):
         self.ctl, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ctl.setblocking(False)
         self.pass_fds = (self._theirs.fileno(), lifeline)
-        self.waiting: dict[str, _Forked] = {}
-        self.abandoned: set[str] = set()  # requests given up on before any answer
-        self.serving: dict[int, _Forked] = {}  # by pid, until stopped
 
     def argv(self) -> list[str]:
         spec = self.spec
@@ -395,98 +392,45 @@ class _Zygote(_Child):
         return True
 
     def torn_down(self, pid: int, why: str) -> None:
-        # Forked children write to the zygote's stderr.
-        child = self.serving.get(pid)
-        if child is not None:
-            child.teardown_error = why
+        pass  # its children's reports come on their own channels
 
     async def start(self) -> int:
         try:
-            await super().start()
+            return await super().start()
         finally:
             self._theirs.close()
-        asyncio.get_running_loop().add_reader(self.ctl.fileno(), self.read)
-        return 0
 
-    async def fork(self) -> _Forked:
-        """Fork a served child and wait until it listens.
+    async def fork(self) -> tuple[Forked, int]:
+        """Fork a served child and wait until it listens: the child and its port.
 
         Raises:
             _ZygoteGone: the zygote died before it forked for us.
             RuntimeLaunchError: the child failed to serve, or took too long.
         """
-        request = secrets.token_hex(8)
-        child = self.waiting[request] = _Forked(self)
+        if not self.alive:
+            raise _ZygoteGone(self.why("the zygote is not running"))
         try:
-            if not self.alive:
-                raise _ZygoteGone(self.why("the zygote is not running"))
-            try:
-                self.ctl.send(f"{request} {child.token}".encode())
-            except OSError as exc:
-                self.close_ctl()  # not alive any more: the pool replaces it
-                raise _ZygoteGone(self.why(f"the zygote is unreachable: {exc}")) from exc
-            async with asyncio.timeout(self.spec.startup_timeout):
-                await child.port
-            return child
-        except TimeoutError:
-            await child.stop()
-            raise RuntimeLaunchError(
-                self.why(f"forked child announced no port within {self.spec.startup_timeout:g}s")
-            ) from None
-        except BaseException:
-            await child.stop()
+            child = request(
+                self.ctl, {}, self.why, lost=_ZygoteGone, logger=log, group=True, term_starting=True
+            )
+        except _ZygoteGone:
+            self.close_ctl()  # not alive any more: the pool replaces it
             raise
-        finally:
-            del self.waiting[request]
-            if child.pid is None:
-                self.abandoned.add(request)
-
-    def read(self) -> None:
-        """Handle every message waiting on the control socket."""
-        while self.ctl.fileno() != -1:
-            try:
-                packet = self.ctl.recv(4096)
-            except BlockingIOError:
-                return
-            except OSError:
-                packet = b""
-            if not packet:  # the zygote and all its children closed their ends
+        try:
+            port = await child.ready(self.spec.startup_timeout)
+        except BaseException as exc:
+            if isinstance(exc, _ZygoteGone):  # before its exit is seen: no more requests
                 self.close_ctl()
-                return
-            self.message(packet.decode(errors="replace"))
-
-    def message(self, packet: str) -> None:
-        """One `KIND REQUEST PID [REST]` message from the zygote or a child."""
-        kind, request, pid, rest = [*packet.split(" ", 3), ""][:4]
-        if not pid.isdigit():
-            log.warning("zygote %s: unexpected message %r", self.pid, packet)
-            return
-        child = self.waiting.get(request)
-        if child is None:
-            if request in self.abandoned:  # its fork() gave up before the pid was known
-                self.abandoned.discard(request)
-                kill(int(pid), signal.SIGKILL)
-            return
-        child.watch(int(pid))
-        if child.port.done():
-            return
-        if kind == "ready" and rest.isdigit():
-            child.port.set_result(int(rest))
-        elif kind != "forked":
-            child.port.set_exception(RuntimeLaunchError(self.why(f"forked child failed: {rest}")))
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        for child in self.waiting.values():
-            if not child.port.done():
-                child.port.set_exception(_ZygoteGone(self.why("the zygote exited")))
+            await child.stop(self.spec.stop_timeout)
+            raise
+        if port is None:
+            await child.stop(self.spec.stop_timeout)
+            raise RuntimeLaunchError(self.why("forked child announced no port"))
+        return child, port
 
     def close_ctl(self) -> None:
         """Stop talking to the zygote (it exits when it reads EOF)."""
-        if self.ctl.fileno() != -1:
-            if self.transport is not None:
-                asyncio.get_running_loop().remove_reader(self.ctl.fileno())
-            self.ctl.close()
+        self.ctl.close()
 
     async def stop(self, grace: float | None = None) -> None:
         """Close the control socket (the zygote exits on EOF), then reap it."""
@@ -496,84 +440,3 @@ class _Zygote(_Child):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.exited.wait(), self.spec.stop_timeout)
         await super().stop(grace)
-
-
-class _Forked:
-    """A child forked by a zygote: its port once it serves, its exit through a pidfd.
-
-    It is the zygote's child, not ours, so its exit is watched through a pidfd opened
-    as soon as its pid is known, and it is stopped by signalling its process group.
-    """
-
-    def __init__(self, zygote: _Zygote) -> None:
-        self.zygote = zygote
-        self.token = secrets.token_urlsafe(32)  # the child's server requires it
-        self.teardown_error: str | None = None  # what its failed shutdown hooks reported
-        self.pid: int | None = None
-        self.port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.gone = asyncio.Event()
-        self._pidfd = -1
-
-    def watch(self, pid: int) -> None:
-        """Start watching the child's exit (once its pid is known)."""
-        if self.pid is not None:
-            return
-        self.pid = pid
-        self.zygote.serving[pid] = self
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            self.exited()
-            return
-        asyncio.get_running_loop().add_reader(self._pidfd, self.exited)
-
-    def exited(self) -> None:
-        """The child is gone; fail a pending start with its last words, if it sent any."""
-        if self._pidfd >= 0:
-            asyncio.get_running_loop().remove_reader(self._pidfd)
-        self.gone.set()
-        self.zygote.read()
-        if not self.port.done():
-            why = f"forked child {self.pid} exited before announcing a port"
-            self.port.set_exception(RuntimeLaunchError(self.zygote.why(why)))
-
-    async def stop(self) -> None:
-        """SIGTERM the child's group, SIGKILL it after the grace period; wait for exit."""
-        pid, timeout = self.pid, self.zygote.spec.stop_timeout
-        if not self.port.done():
-            self.port.cancel()
-        elif not self.port.cancelled():
-            self.port.exception()  # a launch failure already raised; mark it retrieved
-        if pid is None:
-            return
-        try:
-            if not self.gone.is_set():
-                self.signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(self.gone.wait(), timeout)
-                except TimeoutError:
-                    log.warning("child %s ignored SIGTERM for %gs; killing", pid, timeout)
-        finally:
-            self.signal(signal.SIGKILL)  # the child if it lingers, and any stragglers
-            try:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.gone.wait(), REAP)
-            finally:
-                if self._pidfd >= 0:
-                    if not self.gone.is_set():
-                        asyncio.get_running_loop().remove_reader(self._pidfd)
-                    os.close(self._pidfd)
-                    self._pidfd = -1
-        try:  # its last stderr lines are in the zygote's pipe by now: a few turns read them
-            for _ in range(3):
-                await asyncio.sleep(0)
-        finally:
-            self.zygote.serving.pop(pid, None)
-
-    def signal(self, sig: int) -> None:
-        """Signal the child (through its pidfd) and its process group."""
-        assert self.pid is not None
-        if self._pidfd >= 0 and not self.gone.is_set():
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self._pidfd, sig)
-        killpg(self.pid, sig)
