@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import math
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
-from ._process import MARK, check_teardown, parse_report
+from ._process import MARK, Tail, check_teardown, killpg, parse_report
 
 if TYPE_CHECKING:
     from ..records._task import Task
@@ -38,7 +37,6 @@ DEFAULT_ULIMITS: Mapping[str, int | tuple[int, int]] = {"nofile": 1024, "nproc":
 _ANNOUNCE = re.compile(rb"^(PROCTOR_SERVE_PORT|HUD_SERVE_PORT|PROCTOR_SERVE_UNIX)=(.*)$")
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _MEMORY = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
-_TAIL_LINE = 2000  # characters kept per stderr line quoted in a launch error
 _MAX_UNIX_PATH = 107  # bytes in a Unix socket path (sun_path less its NUL)
 _CLI_TIMEOUT = 60.0
 _REAP = 5.0  # seconds an engine client gets to create or leave a container at teardown
@@ -316,7 +314,7 @@ class _Container:
         self.token = secrets.token_urlsafe(24)
         self.proc: asyncio.subprocess.Process | None = None
         self.readers: list[asyncio.Task[None]] = []
-        self.tail: collections.deque[bytes] = collections.deque(maxlen=20)
+        self.tail = Tail(f"{spec.engine_name} container {self.name}")
         self.teardown_error: str | None = None  # what its shutdown hooks said, if they failed
         self.where: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
@@ -360,27 +358,27 @@ class _Container:
                 kind, _, value = (await self.where).partition(b"=")
         except TimeoutError:
             raise RuntimeLaunchError(
-                self._why(f"no announcement within {spec.startup_timeout:g}s")
+                self.tail.why(f"no announcement within {spec.startup_timeout:g}s")
             ) from None
         return await self._endpoint(kind, value.decode(errors="replace").strip())
 
     async def _endpoint(self, kind: bytes, value: str) -> Endpoint:
         if kind == b"PROCTOR_SERVE_UNIX":
             if self.dir is None:
-                raise RuntimeLaunchError(self._why(f"a Unix socket {value} off network 'none'"))
+                raise RuntimeLaunchError(self.tail.why(f"a Unix socket {value} off network 'none'"))
             inside = Path(value)
             if inside.parent != Path(SOCKET_DIR):
-                raise RuntimeLaunchError(self._why(f"socket {value} is not in {SOCKET_DIR}"))
+                raise RuntimeLaunchError(self.tail.why(f"socket {value} is not in {SOCKET_DIR}"))
             return Endpoint(f"unix://{self.dir}/{inside.name}")
         if self.dir is not None:
             raise RuntimeLaunchError(
-                self._why(
+                self.tail.why(
                     f"announced port {value}, but network 'none' has no ports: "
                     "serve on $PROCTOR_SOCKET"
                 )
             )
         if value != str(self.spec.port):
-            raise RuntimeLaunchError(self._why(f"serves port {value}, not {self.spec.port}"))
+            raise RuntimeLaunchError(self.tail.why(f"serves port {value}, not {self.spec.port}"))
         port = await self.spec._host_port(self.name)
         return Endpoint(f"tcp://127.0.0.1:{port}", token=self.token)
 
@@ -400,7 +398,7 @@ class _Container:
             if fd == 2:
                 if line.startswith(MARK):  # one server per container
                     self.teardown_error = parse_report(line)[1]
-                self.tail.append(line[:_TAIL_LINE])
+                self.tail.add(line)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("[%s %s] %s", self.name, fd, line.decode(errors="replace"))
         if fd == 1 and not self.where.done():
@@ -412,13 +410,8 @@ class _Container:
         code = await self.proc.wait()
         await asyncio.gather(*self.readers[1:], return_exceptions=True)
         if not self.where.done():
-            why = self._why(f"exited with code {code} before announcing where it serves")
+            why = self.tail.why(f"exited with code {code} before announcing where it serves")
             self.where.set_exception(RuntimeLaunchError(why))
-
-    def _why(self, what: str) -> str:
-        tail = b"\n".join(self.tail).decode(errors="replace").strip()
-        where = f"{self.spec.engine_name} container {self.name}"
-        return f"{where}: {what}" + (f"\n--- stderr (last lines) ---\n{tail}" if tail else "")
 
     async def stop(self) -> None:
         """Remove the container, reap the client, delete the socket folder.
@@ -439,14 +432,14 @@ class _Container:
             if served:  # running, or exited on its own: removed either way
                 await spec._remove(self.name, spec.stop_timeout)
             elif proc.returncode is None:
-                _signal(proc, signal.SIGTERM)
+                killpg(proc.pid, signal.SIGTERM)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), _GIVE_UP)
                 await spec._remove(self.name, 0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), _REAP)  # it ends with its container
             if proc.returncode is None:
-                _signal(proc, signal.SIGKILL)
+                killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
             if not served:
                 await spec._remove(self.name, 0)
@@ -460,12 +453,6 @@ class _Container:
             await asyncio.gather(*self.readers, return_exceptions=True)
             if self.dir is not None:
                 shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
-    """Signal an engine client and whatever it started in its process group."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
 
 
 def _socket_dir(batch: str, rollout: str) -> Path:

@@ -45,7 +45,8 @@ class SubprocessRuntime(Provider):
     local users cannot use its loopback port. A cold child reads it from
     `$PROCTOR_TOKEN` (`proctor.serve --token-env PROCTOR_TOKEN`, which removes it from
     its environment once read); a custom `command` gets the same variable and should
-    require it. A warm child gets its token from the runtime with its fork request.
+    require it. A warm child gets its token from the runtime on its own channel, never
+    through the zygote.
 
     Warm pool (`warm=N`, Linux): N zygote processes each import proctor and `source`
     once; each rollout's child is forked from one of them on request (a few ms, where
