@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RuntimeLaunchError
 from ._base import Endpoint, Provider
-from ._process import MARK, Tail, check_teardown, killpg, parse_report
+from ._process import MARK, REAP, Tail, check_teardown, killpg, parse_report
 
 if TYPE_CHECKING:
     from ..records._task import Task
@@ -39,9 +39,8 @@ _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _MEMORY = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
 _MAX_UNIX_PATH = 107  # bytes in a Unix socket path (sun_path less its NUL)
 _CLI_TIMEOUT = 60.0
-_REAP = 5.0  # seconds an engine client gets to create or leave a container at teardown
 _GIVE_UP = 1.0  # seconds a client creating a container gets to give up on SIGTERM
-_LAST_WORDS = 1.0  # seconds to read a gone client's last output
+_CLIENT_OUTPUT = 1.0  # seconds to read a gone client's last output (it relays the server's)
 _PORT_TAKEN = "address already in use"
 _PORT_ATTEMPTS = 3  # seconds an engine command (rm, ps, port) may take
 
@@ -437,7 +436,7 @@ class _Container:
                     await asyncio.wait_for(proc.wait(), _GIVE_UP)
                 await spec._remove(self.name, 0)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), _REAP)  # it ends with its container
+                await asyncio.wait_for(proc.wait(), REAP)  # it ends with its container
             if proc.returncode is None:
                 killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
@@ -447,7 +446,7 @@ class _Container:
             if self.readers and proc is not None and proc.returncode is not None:
                 # The client is gone: its pipes are at EOF, and its last lines (a failed
                 # shutdown hook's report) are still worth reading.
-                await asyncio.wait(self.readers, timeout=_LAST_WORDS)
+                await asyncio.wait(self.readers, timeout=_CLIENT_OUTPUT)
             for reader in self.readers:
                 reader.cancel()
             await asyncio.gather(*self.readers, return_exceptions=True)

@@ -31,8 +31,10 @@ from ..channel._serve import SHUTDOWN_FAILED, TEARDOWN_PREFIX
 __all__ = [
     "LAST_WORDS",
     "MARK",
+    "MAX_LINE",
     "REAP",
     "TAIL_LINE",
+    "TAIL_LINES",
     "Child",
     "Tail",
     "check_teardown",
@@ -278,10 +280,3 @@ def killpg(pid: int, sig: int) -> None:
     """Signal a process group, if it is still there and ours to signal."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-
-
-def kill(pid: int, sig: int) -> None:
-    """Signal a process and its group (a child killed before its `setsid` has none)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-    killpg(pid, sig)
