@@ -328,7 +328,7 @@ class _Proc(Child):
 
 
 class _Cold:
-    """One rollout's own sandbox: `bwrap ... --as-pid-1 python -m ..._sandbox serve`."""
+    """One rollout's own sandbox: `bwrap ... --as-pid-1 python -m ..._sandbox_inside serve`."""
 
     def __init__(self, runtime: SandboxRuntime) -> None:
         self.runtime = runtime

@@ -272,7 +272,7 @@ def _stage_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m proctor.runtimes._sandbox {serve,zygote,stage} ...` (used by the runtime)."""
+    """`python -m proctor.runtimes._sandbox_inside {serve,zygote,stage} ...`, run by the runtime."""
     parser = argparse.ArgumentParser(prog=f"python -m {_ENTRY}")
     commands = parser.add_subparsers(dest="command", required=True)
     cold = commands.add_parser("serve")
