@@ -108,7 +108,8 @@ def pids_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 def fake(tmp_path: Path, *args: str) -> list[str]:
     script = tmp_path / "fake_server.py"
     script.write_text(FAKE_SERVER)
-    return [sys.executable, str(script), *args]
+    # A child gets only allowlisted variables of ours: FAKE_PIDS goes by name (`env` execs).
+    return ["env", f"FAKE_PIDS={os.environ['FAKE_PIDS']}", sys.executable, str(script), *args]
 
 
 def read_pids(path: Path) -> list[int]:

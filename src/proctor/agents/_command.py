@@ -48,10 +48,11 @@ class CommandAgent:
     - `env`, applied last.
 
     By default (`jail=True`) the harness runs in a bubblewrap jail where it cannot see
-    the driver: its own pid, mount, network, IPC and UTS namespaces, as uid 65534
-    (nobody) when the driver is root (else an unprivileged user namespace: the driver's
-    uid on the host), no capabilities, the system folders, its working directory, its
-    program and `binds` read-only, `writable` read-write, a private tmpfs `HOME`
+    the driver: its own pid, mount, network, IPC and UTS namespaces, as a fresh uid of
+    its own when the driver is root (no account, no other process: `proctor._uids`;
+    else an unprivileged user namespace: the driver's uid on the host), no
+    capabilities, the system folders, its working directory, its program and `binds`
+    read-only, `writable` read-write, a private tmpfs `HOME`
     (`/home/harness`) and `/tmp`. Its only network is its own loopback, where the
     proxy session's and the capabilities' ports are forwarded to the driver (their URLs
     unchanged; a Unix-socket capability is rewritten to a socket under `/run/proctor`).
@@ -71,8 +72,8 @@ class CommandAgent:
             driver, which is unsafe: it can read the driver's environment and keys
             (`/proc/<driver>/environ`) and every file the driver can.
         binds: more host paths shown read-only in the jail, at the same path.
-        writable: host folders shown read-write in the jail (the jail user, nobody
-            when the driver is root, must be allowed to write there).
+        writable: host folders shown read-write in the jail (the jail user, a fresh uid
+            when the driver is root, must be allowed to write there: others-writable).
         tmpfs_size: bytes each of the jail's `HOME`, `/tmp` and `/dev/shm` may hold
             (they live in memory); None for no cap.
     """

@@ -11,9 +11,11 @@ command line names, the driver's Python (for the small init below) and the user'
 
 The uid: when the driver is root, bwrap runs as root without a user namespace (a root
 bwrap would map any uid inside to root outside) and the jail's first process, `_jail_init`,
-binds its listeners, hands HOME to uid 65534 (nobody), empties the capability bounding set
-and drops to nobody for good before starting the harness: the harness is nobody on the
-host, with no capabilities and no_new_privs, and reads only what nobody may read. Run
+binds its listeners, hands HOME to a uid of the jail's own (`proctor._uids`: no account,
+no other process), empties the capability bounding set and drops to that uid for good
+before starting the harness: the harness is a stranger on the host, with no
+capabilities and no_new_privs, that reads only what everybody may read, and no other
+process (a `nobody` one included) can signal, trace or read `/proc` of it. Run
 as another user, the jail is an unprivileged user namespace (uid 65534 inside): the same
 uid on the host, so the jail's namespaces and binds are the whole separation (no other
 files, no `/proc` of the driver, no ptrace of it, no way to its sockets), and nested user
@@ -44,9 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import RolloutError
+from .._uids import fresh_uid
 from .._urls import host_port, unix_path, with_unix_path
 
-JAIL_UID = 65534  # nobody
+JAIL_UID = 65534  # the harness's uid inside an unprivileged user namespace (nobody)
 HOME = "/home/harness"
 SOCKETS = "/run/proctor"  # the driver's forwarding sockets, inside the jail
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -133,6 +136,8 @@ class Jail:
         self.cwd = cwd
         self.routes = routes
         self.as_root = os.geteuid() == 0
+        # The harness's uid: as root a fresh one on the host; else inside its namespace.
+        self.uid = fresh_uid() if self.as_root else JAIL_UID
         path = env.get("PATH", os.defpath)
         self.mounts = _mounts(self.argv, cwd, path, binds, writable, self.as_root)
         self.base: str | None = None
@@ -186,7 +191,7 @@ class Jail:
         argv = [self.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
         argv += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
         argv += ["--hostname", "harness", "--cap-drop", "ALL"]
-        if self.as_root:  # for _jail_init until it drops to nobody
+        if self.as_root:  # for _jail_init until it drops to the jail's uid
             for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_SETPCAP"):
                 argv += ["--cap-add", cap]
         else:
@@ -233,7 +238,7 @@ class Jail:
             "env": self.env,
             "cwd": self.cwd,
             "home": HOME,
-            "user": [JAIL_UID, JAIL_UID] if self.as_root else None,
+            "user": [self.uid, self.uid] if self.as_root else None,
             "forward": forward,
         }
         return json.dumps(setup).encode()
@@ -297,13 +302,11 @@ def _mounts(
             f"{_home()}, which the jail would show it; pass CommandAgent(cwd=...) a project "
             "folder"
         )
-    if as_root and os.path.isdir(cwd):
-        info = os.stat(cwd)
-        if info.st_uid != JAIL_UID and info.st_mode & 0o005 != 0o005:
-            raise RolloutError(
-                f"the harness's working directory {cwd} is closed to the jail user (uid "
-                f"{JAIL_UID}); allow others in (chmod o+rx) or pass another cwd"
-            )
+    if as_root and os.path.isdir(cwd) and os.stat(cwd).st_mode & 0o005 != 0o005:
+        raise RolloutError(
+            f"the harness's working directory {cwd} is closed to the jail user (a uid of "
+            "its own); allow others in (chmod o+rx) or pass another cwd"
+        )
     rw = {os.path.abspath(p) for p in writable}
     ro = {os.path.abspath(p) for p in binds}
     ro |= _python_prefixes()

@@ -17,7 +17,8 @@ answered as they finish, so match replies by `id`, not by order.
 
 - `command` runs as `shell -c command` (bash when present, else /bin/sh) in a new
   session, so it leads its own process group. `cwd` is relative to the server's
-  directory; `env` is added to the server's environment. Without `stdin` the command
+  directory; `env` is added to the server's command environment (an allowlist of its
+  own, see `ShellServer`). Without `stdin` the command
   reads /dev/null.
 - `timeout` (seconds, default the server's) bounds the whole command: when it expires
   the process group is killed (SIGKILL), `timed_out` is true and `exit_code` is -9. A
@@ -48,13 +49,14 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import orjson
 
+from .._environ import allowed_environ
 from .._errors import ConnectionLost, ProtocolError, RemoteError
 from .._urls import host_port, unix_path
 
@@ -123,7 +125,10 @@ class ShellServer:
 
     Args:
         cwd: directory commands run in (default: the current one).
-        env: variables added to this process's environment for every command.
+        env: variables for every command. Commands get none of this process's others
+            but those of `proctor._environ.SAFE` (PATH, HOME, LANG, ...) and
+            `pass_env`: an agent's command never sees a key or token the server holds.
+        pass_env: names of more variables of this process to pass on (when set).
         shell: the shell binary (default: bash if installed, else /bin/sh).
         timeout: default per-command timeout in seconds.
         max_output: cap in bytes on each of stdout and stderr.
@@ -135,6 +140,7 @@ class ShellServer:
         *,
         cwd: str | Path | None = None,
         env: Mapping[str, str] | None = None,
+        pass_env: Iterable[str] = (),
         shell: str | None = None,
         timeout: float = 120.0,
         max_output: int = 1024 * 1024,
@@ -142,6 +148,7 @@ class ShellServer:
     ) -> None:
         self.cwd = Path(cwd) if cwd is not None else None
         self.env = dict(env or {})
+        self.pass_env = frozenset(pass_env)
         self.shell = shell or shutil.which("bash") or "/bin/sh"
         self.timeout = timeout
         self.max_output = max_output
@@ -245,7 +252,7 @@ class ShellServer:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=directory,
-            env={**os.environ, **self.env, **(env or {})},
+            env={**allowed_environ(self.pass_env), **self.env, **(env or {})},
             start_new_session=True,
         )
         pgid = transport.get_pid()

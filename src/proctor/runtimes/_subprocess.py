@@ -9,13 +9,14 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._environ import allowed_environ
 from .._errors import RuntimeLaunchError
-from ._base import Endpoint, Provider
+from ._base import Endpoint, Runtime
 from ._process import LAST_WORDS, Child, check_teardown
 from ._warm import Forked, request
 
@@ -31,7 +32,7 @@ TOKEN_ENV = "PROCTOR_TOKEN"  # the child's environment variable holding its toke
 _READY = b"READY"  # what a zygote prints once loaded (`_zygote.READY`)
 
 
-class SubprocessRuntime(Provider):
+class SubprocessRuntime(Runtime):
     """Serve each rollout's environment in its own child process.
 
     The child runs `python -m proctor.serve SOURCE` (or `command`), and the first
@@ -70,7 +71,11 @@ class SubprocessRuntime(Provider):
     Args:
         source: Python file or folder defining the environment.
         python: interpreter for the child (default: this one).
-        env: extra environment variables for the child.
+        env: variables for the child. It gets none of this process's others but
+            those of `proctor._environ.SAFE` (PATH, HOME, LANG, PYTHONPATH, ...) and
+            `pass_env`: provider keys and tokens stay in the driver, out of reach of the
+            environment's code and the commands an agent runs in its shell.
+        pass_env: names of more variables of this process to pass on (when set).
         env_name: which environment to serve when the source defines several.
         command: a full command instead of `python -m proctor.serve SOURCE`.
         cwd: working directory of the child.
@@ -91,6 +96,7 @@ class SubprocessRuntime(Provider):
         *,
         python: str | None = None,
         env: Mapping[str, str] | None = None,
+        pass_env: Iterable[str] = (),
         env_name: str | None = None,
         command: Sequence[str] | None = None,
         cwd: str | Path | None = None,
@@ -108,6 +114,7 @@ class SubprocessRuntime(Provider):
         self.source = source
         self.python = python or sys.executable
         self.env = dict(env or {})
+        self.pass_env = frozenset(pass_env)
         self.env_name = env_name
         self.command = list(command) if command else None
         self.cwd = cwd
@@ -206,7 +213,7 @@ class _Child(Child):
         spec = self.spec
         argv = self.argv()
         self.tail.what = " ".join(argv)
-        env = {**os.environ, **spec.env, **self.env, "PYTHONUNBUFFERED": "1"}
+        env = {**allowed_environ(spec.pass_env), **spec.env, **self.env, "PYTHONUNBUFFERED": "1"}
         await self.spawn(argv, pass_fds=self.pass_fds, env=env, cwd=spec.cwd, die_with_us=True)
         try:
             async with asyncio.timeout(spec.startup_timeout):
