@@ -191,10 +191,10 @@ READY = 5.0  # connect's ready_timeout: a refused hello fails fast, not after 30
 async def _served() -> tuple[Any, str]:
     from proctor_env import env
 
-    from proctor import Server
+    from proctor import EnvServer
 
     await env.start()
-    server = Server(env)
+    server = EnvServer(env)
     host, port = await server.listen("127.0.0.1", 0)
     return server, f"tcp://{host}:{port}"
 

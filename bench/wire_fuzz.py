@@ -3,7 +3,7 @@
     .venv/bin/python bench/wire_fuzz.py [--frames 20000] [--seed 8] [--concurrency 32]
                                         [--idle 300] [--slow 40] [--big 2]
 
-The server (`--child`: proctor's `Server` with its default limits, except a 1 s
+The server (`--child`: proctor's `EnvServer` with its default limits, except a 1 s
 handshake timeout so idle connections end within the run, serving a small environment
 with a tunnel capability on a Unix socket) is driven over loopback by connections that
 send random frames (bytes, JSON values, deep nesting, request-shaped objects with any
@@ -52,7 +52,7 @@ KEYS = ["id", "args", "answer", "session_id", "resume_token", "token", "capabili
 def child(handshake: float) -> None:
     """Serve the fuzz environment; print `{port, pid}`; stop when stdin closes."""
     from proctor import Capability, Environment
-    from proctor.channel import Server
+    from proctor.channel import EnvServer
 
     env = Environment("fuzz", "1")
     folder = tempfile.mkdtemp(prefix="proctor-fuzz-")
@@ -99,7 +99,7 @@ def child(handshake: float) -> None:
 
     async def main() -> None:
         await env.start()
-        server = Server(env, handshake_timeout=handshake)
+        server = EnvServer(env, handshake_timeout=handshake)
         try:
             _, port = await server.listen("127.0.0.1", 0)
             print(json.dumps({"port": port, "pid": os.getpid()}), flush=True)

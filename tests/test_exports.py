@@ -1,36 +1,99 @@
-"""The public namespace is curated: every export resolves, and `import proctor` stays light."""
+"""The public surface is curated (httpx style): one home per name, one exception tree.
 
+Every public name is listed in the `__all__` of exactly one public package, its home,
+and each exported class or function says so in its `__module__`. `proctor` itself is
+the index of the names most users need: each maps to its home, and the errors live
+there (`proctor._errors` is private).
+"""
+
+import ast
+import builtins
+import importlib
+import inspect
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import proctor
-import proctor.agents
-import proctor.channel
-import proctor.engine
-import proctor.env
-import proctor.models
-import proctor.proxy
-import proctor.runtimes
-import proctor.tasks
-import proctor.testing
+import proctor._errors
+
+PACKAGES = [
+    "proctor.agents",
+    "proctor.batch",
+    "proctor.channel",
+    "proctor.engine",
+    "proctor.env",
+    "proctor.models",
+    "proctor.proxy",
+    "proctor.records",
+    "proctor.runtimes",
+    "proctor.tasks",
+    "proctor.testing",
+]
+SRC = Path(proctor.__file__).parent
+
+
+def _homes() -> dict[str, str]:
+    """Public name -> the one package whose `__all__` lists it."""
+    homes: dict[str, str] = {}
+    for package in PACKAGES:
+        for name in importlib.import_module(package).__all__:
+            assert name not in homes, f"{name} is listed by {homes[name]} and {package}"
+            homes[name] = package
+    return homes
 
 
 def test_every_export_resolves() -> None:
     for name in proctor.__all__:
         assert getattr(proctor, name) is not None, name
-    for module in (
-        proctor.agents,
-        proctor.channel,
-        proctor.engine,
-        proctor.env,
-        proctor.models,
-        proctor.proxy,
-        proctor.runtimes,
-        proctor.tasks,
-        proctor.testing,
-    ):
+    for package in PACKAGES:
+        module = importlib.import_module(package)
         for name in module.__all__:
-            assert hasattr(module, name), f"{module.__name__}.{name}"
+            assert hasattr(module, name), f"{package}.{name}"
+
+
+def test_every_public_name_has_one_home() -> None:
+    homes = _homes()
+    for name in proctor.__all__:
+        value = getattr(proctor, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            assert name not in homes, f"{name}: errors are exported from proctor only"
+            continue
+        assert name in homes, f"proctor.{name} is in no package's __all__"
+        assert getattr(importlib.import_module(homes[name]), name) is value
+
+
+def test_module_is_the_public_path() -> None:
+    homes = {**_homes(), **{n: "proctor" for n in proctor.__all__ if n not in _homes()}}
+    for name, home in homes.items():
+        value = getattr(importlib.import_module(home), name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__module__ == home, f"{name}.__module__ is {value.__module__}"
+
+
+def test_every_exception_class_is_in_the_one_tree() -> None:
+    """Public exception classes are defined in `_errors.py` and drawn in its docstring."""
+    bases = {n for n in dir(builtins) if _is_exception(getattr(builtins, n))}
+    bases |= set(proctor._errors.__all__)
+    stray = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "_errors.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                names = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+                if names & bases:
+                    stray.append(f"{path.relative_to(SRC)}: {node.name}")
+    assert stray == []
+    drawn = proctor._errors.__doc__ or ""
+    assert [n for n in proctor._errors.__all__ if not re.search(rf"\b{n}\b", drawn)] == []
+
+
+def _is_exception(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
 
 
 def test_unknown_attribute_is_an_attribute_error() -> None:

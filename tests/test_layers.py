@@ -15,8 +15,11 @@ import proctor
 # Lowest first. A top-level module (`_errors`) or package (`env`) per entry; `serve` is
 # the `python -m proctor.serve` command over `channel`, `<root>` is `proctor/__init__`.
 LAYERS = [
+    "_public",
     "_errors",
     "_urls",
+    "_environ",
+    "_uids",
     "_reads",
     "_http",
     "records",

@@ -12,15 +12,21 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    # errors
+    # errors (one tree: see proctor._errors)
+    "BatchConfigError": "._errors",
     "ChannelClosed": "._errors",
     "ChannelError": "._errors",
     "ConnectError": "._errors",
     "ConnectTimeout": "._errors",
     "ConnectionLost": "._errors",
+    "FrameTooLarge": "._errors",
+    "HttpConnectError": "._errors",
     "HttpError": "._errors",
+    "HttpReadError": "._errors",
+    "HttpTimeout": "._errors",
     "ModelError": "._errors",
     "ModelRequestError": "._errors",
+    "ParseError": "._errors",
     "PayloadTooLarge": "._errors",
     "ProctorError": "._errors",
     "ProtocolError": "._errors",
@@ -30,57 +36,58 @@ _EXPORTS = {
     "RolloutTimeout": "._errors",
     "RuntimeLaunchError": "._errors",
     "SourceError": "._errors",
+    "StoreError": "._errors",
     "TaskCancelled": "._errors",
     "TaskError": "._errors",
     "TasksetError": "._errors",
     "TeardownError": "._errors",
     "TemplateError": "._errors",
     "WorkerLost": "._errors",
-    # authoring
-    "Answer": ".env",
-    "Capability": ".env",
-    "Environment": ".env",
-    "Template": ".env",
-    "graders": ".env",
-    # records and tasks
+    # records: what every layer passes around
     "Grade": ".records",
     "Step": ".records",
     "SubScore": ".records",
     "Task": ".records",
     "Trace": ".records",
-    "Taskset": ".tasks",
-    # wire
-    "Client": ".channel",
+    # authoring an environment
+    "Answer": ".env",
+    "Capability": ".env",
+    "Environment": ".env",
+    "Template": ".env",
+    "graders": ".env",
+    # the wire
+    "EnvClient": ".channel",
+    "EnvServer": ".channel",
     "Manifest": ".channel",
-    "Server": ".channel",
     "connect": ".channel",
-    # runtimes
+    # runtimes: where an environment is brought up
     "ContainerRuntime": ".runtimes",
     "Endpoint": ".runtimes",
     "LocalRuntime": ".runtimes",
-    "Provider": ".runtimes",
     "RayRuntime": ".runtimes",
     "Runtime": ".runtimes",
     "SandboxRuntime": ".runtimes",
     "SubprocessRuntime": ".runtimes",
-    # engine
-    "Job": ".engine",
-    "RayExecutor": ".engine",
-    "Timeouts": ".engine",
-    "rollout": ".engine",
-    # agents
+    "UrlRuntime": ".runtimes",
+    # models and the interception proxy
+    "ModelClient": ".models",
+    "RetryPolicy": ".models",
+    "model_client": ".models",
+    "InterceptionProxy": ".proxy",
+    "ModelLimits": ".proxy",
+    # agents and the run they act on
     "Agent": ".agents",
     "CommandAgent": ".agents",
     "Run": ".agents",
     "ScriptedAgent": ".agents",
     "ToolAgent": ".agents",
     "agent_from_fn": ".agents",
-    # models and the interception proxy
-    "InterceptionProxy": ".proxy",
-    "Limits": ".proxy",
-    "ModelClient": ".models",
-    "RetryPolicy": ".models",
-    "model_client": ".models",
+    # the engine and the taskset front
+    "Job": ".engine",
+    "RayExecutor": ".engine",
+    "Timeouts": ".engine",
+    "rollout": ".engine",
+    "Taskset": ".tasks",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -101,14 +108,20 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from ._errors import (
+        BatchConfigError,
         ChannelClosed,
         ChannelError,
         ConnectError,
         ConnectionLost,
         ConnectTimeout,
+        FrameTooLarge,
+        HttpConnectError,
         HttpError,
+        HttpReadError,
+        HttpTimeout,
         ModelError,
         ModelRequestError,
+        ParseError,
         PayloadTooLarge,
         ProctorError,
         ProtocolError,
@@ -118,6 +131,7 @@ if TYPE_CHECKING:
         RolloutTimeout,
         RuntimeLaunchError,
         SourceError,
+        StoreError,
         TaskCancelled,
         TaskError,
         TasksetError,
@@ -126,20 +140,20 @@ if TYPE_CHECKING:
         WorkerLost,
     )
     from .agents import Agent, CommandAgent, Run, ScriptedAgent, ToolAgent, agent_from_fn
-    from .channel import Client, Manifest, Server, connect
+    from .channel import EnvClient, EnvServer, Manifest, connect
     from .engine import Job, RayExecutor, Timeouts, rollout
     from .env import Answer, Capability, Environment, Template, graders
     from .models import ModelClient, RetryPolicy, model_client
-    from .proxy import InterceptionProxy, Limits
+    from .proxy import InterceptionProxy, ModelLimits
     from .records import Grade, Step, SubScore, Task, Trace
     from .runtimes import (
         ContainerRuntime,
         Endpoint,
         LocalRuntime,
-        Provider,
         RayRuntime,
         Runtime,
         SandboxRuntime,
         SubprocessRuntime,
+        UrlRuntime,
     )
     from .tasks import Taskset

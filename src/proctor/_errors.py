@@ -8,6 +8,9 @@ ProctorError
 ├── SourceError            a Python source could not be loaded (names the file and line)
 ├── ChannelError           the control channel failed
 │   ├── ProtocolError      the peer sent something that is not our protocol
+│   │   ├── ParseError     bytes that do not parse: a frame that is not JSON, a malformed
+│   │   │                  HTTP message (`status` is the answer a server sends: 400, 505)
+│   │   └── FrameTooLarge  a frame over the size limit (carries the frames before it)
 │   ├── ConnectError       could not connect or say hello
 │   │   └── ConnectTimeout the server did not answer within ready_timeout
 │   ├── ConnectionLost     the peer closed or broke the connection mid-call
@@ -23,10 +26,22 @@ ProctorError
 │   ├── HttpConnectError   could not connect (refused, DNS, TLS)
 │   ├── HttpReadError      the peer reset or closed mid-response, or sent garbage
 │   └── HttpTimeout        connect or read deadline
-└── ModelError             a model call failed for good (status, cause, attempts)
-    ├── ModelRequestError  the provider refused the request (a 4xx that is not retried)
-    ├── RetriesExhausted   a bounded retry streak ran out (transport or malformed)
-    └── PayloadTooLarge    413 with no byte-reducing rewrite left
+├── ModelError             a model call failed for good (status, cause, attempts)
+│   ├── ModelRequestError  the provider refused the request (a 4xx that is not retried)
+│   ├── RetriesExhausted   a bounded retry streak ran out (transport or malformed)
+│   └── PayloadTooLarge    413 with no byte-reducing rewrite left
+├── BatchConfigError       a batch config is malformed (`problems`, each with its line)
+├── StoreError             a batch output directory cannot be created, opened or written
+└── CLIError               a user mistake the `proctor` command reports in one line
+```
+
+Two signals are not errors, so they stay outside `ProctorError` (catching every proctor
+error must not swallow them):
+
+```
+Exception
+├── Abort                  a handler asks the HTTP server to reset the connection now
+└── Terminated             SIGTERM arrived while a `proctor` command ran
 ```
 
 Who is at fault decides what the engine does: an environment's `TaskError` or a
@@ -36,20 +51,28 @@ Who is at fault decides what the engine does: an environment's `TaskError` or a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ._public import publish
+
 __all__ = [
+    "Abort",
+    "BatchConfigError",
+    "CLIError",
     "ChannelClosed",
     "ChannelError",
     "ConnectError",
     "ConnectTimeout",
     "ConnectionLost",
+    "FrameTooLarge",
     "HttpConnectError",
     "HttpError",
     "HttpReadError",
     "HttpTimeout",
     "ModelError",
     "ModelRequestError",
+    "ParseError",
     "PayloadTooLarge",
     "ProctorError",
     "ProtocolError",
@@ -59,11 +82,13 @@ __all__ = [
     "RolloutTimeout",
     "RuntimeLaunchError",
     "SourceError",
+    "StoreError",
     "TaskCancelled",
     "TaskError",
     "TasksetError",
     "TeardownError",
     "TemplateError",
+    "Terminated",
     "WorkerLost",
 ]
 
@@ -94,6 +119,22 @@ class ChannelError(ProctorError):
 
 class ProtocolError(ChannelError):
     """The peer broke the wire protocol (bad frame, wrong reply id, oversized frame)."""
+
+
+class ParseError(ProtocolError, ValueError):
+    """A message is malformed; `status` is the response an HTTP server should send."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame exceeded the limit; `frames` are the complete frames read before it."""
+
+    def __init__(self, message: str, frames: list[bytes] | None = None) -> None:
+        super().__init__(message)
+        self.frames = frames if frames is not None else []
 
 
 class ConnectError(ChannelError):
@@ -201,3 +242,39 @@ class RetriesExhausted(ModelError):
 
 class PayloadTooLarge(ModelError):
     """The provider answered 413 and no smaller rewrite of the request was left."""
+
+
+class BatchConfigError(ProctorError, ValueError):
+    """A batch config is malformed; `problems` lists every field at fault with its line."""
+
+    def __init__(self, problems: Sequence[Any]) -> None:
+        self.problems: list[Any] = list(problems)  # `proctor.batch.ConfigProblem`s
+        super().__init__("\n".join(p.describe() for p in self.problems))
+
+
+class StoreError(ProctorError):
+    """An output directory cannot be created, opened or written.
+
+    It already exists (a new batch never reuses one), it is not a batch output (no
+    `batch.json`), its `layout_version` is one this code does not read, or the store's
+    background flush failed (the original `OSError` or `sqlite3.Error` is the cause).
+    """
+
+
+class CLIError(ProctorError):
+    """A user mistake the CLI reports as one `error: ...` line (exit code 1)."""
+
+
+class Abort(Exception):
+    """Raised by a handler or a streaming body: the server resets the connection at once.
+
+    Before the response head this sends no response at all; mid-body it cuts the body.
+    """
+
+
+class Terminated(Exception):
+    """SIGTERM arrived while a command ran; its work was cancelled and cleaned up."""
+
+
+# Exported from `proctor`; the CLI and HTTP internals keep theirs private.
+publish(globals(), set(__all__) - {"Abort", "CLIError", "Terminated"}, "proctor")

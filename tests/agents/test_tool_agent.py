@@ -14,11 +14,10 @@ from proctor.agents import ToolAgent, function_tool
 from proctor.models import (
     CHECKPOINT,
     ContextPolicy,
-    FakeClock,
     ModelClient,
     model_client,
 )
-from proctor.testing import FakeModelServer, FakeRequest, FakeToolCall, Fault, Reply
+from proctor.testing import FakeClock, FakeModelServer, FakeRequest, FakeToolCall, Fault, Reply
 
 SOURCE = Path(__file__).with_name("tools_env.py")
 

@@ -17,10 +17,10 @@ import orjson
 import pytest
 
 import proctor.batch as batch
+from proctor import StoreError
 from proctor.batch import (
     BatchStore,
     JsonlReader,
-    StoreError,
     _files,
     count_rollouts,
     list_rollouts,

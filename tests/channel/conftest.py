@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from wire_helpers import TIMEOUT, Probe, Raw, build_env
 
-from proctor.channel import Server
+from proctor.channel import EnvServer
 from proctor.env import Capability, Environment
 
 
@@ -72,14 +72,14 @@ def env(probe: Probe, echo: tuple[str, int]) -> Environment:
 
 
 @pytest.fixture
-async def server(env: Environment) -> AsyncIterator[Server]:
-    srv = Server(env)
+async def server(env: Environment) -> AsyncIterator[EnvServer]:
+    srv = EnvServer(env)
     yield srv
     await srv.aclose()
 
 
 @pytest.fixture
-async def addr(server: Server) -> tuple[str, int]:
+async def addr(server: EnvServer) -> tuple[str, int]:
     return await server.tcp_address()
 
 

@@ -24,13 +24,13 @@ from proctor import (
     TaskCancelled,
 )
 from proctor._urls import http_unix_url, unix_path
-from proctor.channel import Server, connect
-from proctor.channel._client import Client
+from proctor.channel import EnvServer, connect
+from proctor.channel._client import EnvClient
 from proctor.env import Capability
 
 
 @pytest.fixture(params=["tcp", "memory"])
-async def target(request, server: Server) -> str | Server:
+async def target(request, server: EnvServer) -> str | EnvServer:
     """The same server reached over loopback TCP and over the in-memory transport."""
     if request.param == "memory":
         return server
@@ -156,7 +156,7 @@ async def test_connect_to_an_unknown_session_is_a_remote_error(target) -> None:
 
 async def test_connect_retries_until_the_server_appears(env) -> None:
     port = free_port()
-    server = Server(env)
+    server = EnvServer(env)
 
     async def late_listen() -> None:
         await asyncio.sleep(0.2)
@@ -249,7 +249,7 @@ async def test_unusable_urls() -> None:
 
 
 async def test_token_is_sent_on_the_first_frame(env) -> None:
-    server = Server(env, token="tok")
+    server = EnvServer(env, token="tok")
     host, port = await server.listen("127.0.0.1", 0)
     try:
         async with connect(f"tcp://{host}:{port}", token="tok") as client:
@@ -315,7 +315,7 @@ async def test_unknown_bindings(target) -> None:
     async with connect(target) as client:
         with pytest.raises(KeyError, match="no binding 'nope' \\(have: echo\\)"):
             client.binding("nope")
-    bare = Client(lambda factory: asyncio.sleep(0), "memory://x")  # type: ignore[arg-type,return-value]
+    bare = EnvClient(lambda factory: asyncio.sleep(0), "memory://x")  # type: ignore[arg-type,return-value]
     with pytest.raises(KeyError, match="call hello"):
         bare.binding("echo")
 
@@ -425,7 +425,7 @@ async def test_a_unix_capability_is_forwarded_on_a_private_unix_socket(tmp_path)
         Capability("raw", "echo/1", f"unix://{path}"),
         Capability("web", "http", http_unix_url(path, "/mcp?x=1")),
     ]
-    server = Server(build_env(Probe(), caps))
+    server = EnvServer(build_env(Probe(), caps))
     try:
         async with connect(server) as client:
             raw, web = client.binding("raw"), client.binding("web")

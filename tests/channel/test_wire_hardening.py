@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from wire_helpers import TIMEOUT, Raw, build_env, error, frame, result, until
 
-from proctor.channel import MAX_FIRST_FRAME, Server, connect
+from proctor.channel import MAX_FIRST_FRAME, EnvServer, connect
 from proctor.env import Capability
 
 BUSY_BYTES = "server busy: too many bytes buffered"
@@ -44,7 +44,7 @@ async def test_an_unterminated_first_frame_past_64_kib_gets_an_error_and_close(r
 
 
 async def test_a_first_frame_must_come_within_the_handshake_timeout(env) -> None:
-    server = Server(env, handshake_timeout=0.3)
+    server = EnvServer(env, handshake_timeout=0.3)
     addr = await server.tcp_address()
     conns: list[Raw] = []
     try:
@@ -77,7 +77,7 @@ async def test_a_first_frame_must_come_within_the_handshake_timeout(env) -> None
 
 
 async def test_unfinished_frames_are_bounded_across_all_connections(env) -> None:
-    server = Server(env, max_buffered=256 * 1024)
+    server = EnvServer(env, max_buffered=256 * 1024)
     addr = await server.tcp_address()
     conns = [await open_raw(addr) for _ in range(10)]
     try:
@@ -109,7 +109,7 @@ async def test_unfinished_frames_are_bounded_across_all_connections(env) -> None
 
 
 async def test_connections_past_the_cap_are_refused_at_once(env) -> None:
-    server = Server(env, max_connections=3)
+    server = EnvServer(env, max_connections=3)
     addr = await server.tcp_address()
     conns = [await open_raw(addr) for _ in range(3)]
     try:
@@ -136,7 +136,7 @@ async def test_running_out_of_descriptors_logs_one_line_and_hides_nothing_else(
     loop = asyncio.get_running_loop()
     seen: list[str] = []
     loop.set_exception_handler(lambda _loop, context: seen.append(context["message"]))
-    server = Server(env)
+    server = EnvServer(env)
     foreign = socket.socket()
     try:
         await server.tcp_address()
@@ -160,7 +160,7 @@ async def test_running_out_of_descriptors_logs_one_line_and_hides_nothing_else(
 
 FD_SERVER = """
 import asyncio, os, resource
-from proctor.channel import Server
+from proctor.channel import EnvServer
 from proctor.env import Environment
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 160))
@@ -172,7 +172,7 @@ async def greet(name: str = "x"):
     yield 1.0
 
 async def main():
-    server = Server(env, token=os.environ.pop("FD_TOKEN"), handshake_timeout=0.5)
+    server = EnvServer(env, token=os.environ.pop("FD_TOKEN"), handshake_timeout=0.5)
     _, port = await server.listen("127.0.0.1", 0)
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     print(port, soft, flush=True)
@@ -291,7 +291,7 @@ async def test_a_tunnel_reaches_a_capability_on_a_unix_socket(probe, tmp_path, f
 
     daemon = await asyncio.start_unix_server(echo, str(path))
     url = f"unix://{path}" if form == "unix" else f"http+unix://{str(path).replace('/', '%2F')}/mcp"
-    server = Server(build_env(probe, [Capability("cap", "tcp", url)]))
+    server = EnvServer(build_env(probe, [Capability("cap", "tcp", url)]))
     conn = await open_raw(await server.tcp_address())
     try:
         await conn.send({"jsonrpc": "2.0", "id": 1, "method": "tunnel.open",

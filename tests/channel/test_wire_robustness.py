@@ -15,7 +15,7 @@ from typing import Any
 from wire_helpers import TIMEOUT, Raw, frame
 
 from proctor import ChannelError
-from proctor.channel import MAX_FIRST_FRAME, Server, connect
+from proctor.channel import MAX_FIRST_FRAME, EnvServer, connect
 
 SEED = 20240611
 METHODS = ["hello", "tasks.list", "tasks.start", "tasks.start", "tasks.start", "tasks.grade",
@@ -215,7 +215,7 @@ async def test_random_first_frames_on_many_connections(server, addr) -> None:
 
 
 async def test_a_token_server_survives_the_same(env) -> None:
-    server = Server(env, token="t")
+    server = EnvServer(env, token="t")
     addr = await server.listen("127.0.0.1", 0)
     rng = random.Random(SEED + 2)
     try:

@@ -12,7 +12,7 @@ import pytest
 from wire_helpers import build_env, error, frame, result, until
 
 from proctor import RemoteError
-from proctor.channel import Server, connect
+from proctor.channel import EnvServer, connect
 
 SESSION_ID = re.compile(r"sess-[0-9a-f]+")
 
@@ -529,7 +529,7 @@ async def test_a_template_whose_schema_cannot_be_built(probe, caplog) -> None:
         yield "p"
         yield 1.0
 
-    server = Server(env)
+    server = EnvServer(env)
     async with connect(server) as client:
         # the listing survives: the unschemable arg is published as "any value"
         listed = {t["id"]: t for t in await client.list_tasks()}

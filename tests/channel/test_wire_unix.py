@@ -1,4 +1,4 @@
-"""The control channel over a Unix socket: `Server.listen_unix`, `unix:///path` URLs."""
+"""The control channel over a Unix socket: `EnvServer.listen_unix`, `unix:///path` URLs."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from wire_helpers import TIMEOUT, Probe, build_env
 
 from proctor import ConnectError, ConnectTimeout
 from proctor._urls import http_unix_url, unix_path, with_unix_path
-from proctor.channel import Server, connect
+from proctor.channel import EnvServer, connect
 from proctor.channel._client import dialer_for
 from proctor.env import Capability
 from proctor.testing import conformance_env
 
 
 async def test_a_rollout_and_a_tunnel_over_a_unix_socket(
-    server: Server, tmp_path: Path, probe: Probe
+    server: EnvServer, tmp_path: Path, probe: Probe
 ) -> None:
     path = str(tmp_path / "ctl.sock")
     assert await server.listen_unix(path) == path
@@ -46,7 +46,7 @@ async def test_aclose_removes_the_socket_file_and_a_stale_one_is_replaced(tmp_pa
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(path))  # a socket file left behind by a server that died
     stale.close()
-    server = Server(build_env(Probe(), []))
+    server = EnvServer(build_env(Probe(), []))
     await server.listen_unix(str(path))
     async with connect(f"unix://{path}", ready_timeout=TIMEOUT) as client:
         assert client.manifest is not None and client.manifest.env_name == "wire-test"
@@ -62,7 +62,7 @@ async def test_an_adopted_listening_socket_serves_and_is_not_unlinked(tmp_path: 
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(path))
     sock.listen()
-    server = Server(build_env(Probe(), []))
+    server = EnvServer(build_env(Probe(), []))
     assert await server.listen_unix(sock=sock) == str(path)
     async with connect(f"unix://{path}", ready_timeout=TIMEOUT) as client:
         assert await client.start_task("greet") == {"prompt": "hello world"}
@@ -71,7 +71,7 @@ async def test_an_adopted_listening_socket_serves_and_is_not_unlinked(tmp_path: 
 
 
 async def test_listen_unix_takes_a_path_or_a_socket() -> None:
-    server = Server(build_env(Probe(), []))
+    server = EnvServer(build_env(Probe(), []))
     with pytest.raises(ValueError, match="a path or a listening socket"):
         await server.listen_unix()
 
@@ -93,7 +93,7 @@ def test_a_unix_socket_works_on_uvloop(tmp_path: Path) -> None:
     uvloop = pytest.importorskip("uvloop")
 
     async def main() -> None:
-        server = Server(build_env(Probe(), [Capability("none", "tcp", "tcp://127.0.0.1:9")]))
+        server = EnvServer(build_env(Probe(), [Capability("none", "tcp", "tcp://127.0.0.1:9")]))
         path = await server.listen_unix(str(tmp_path / "uv.sock"))
         try:
             async with connect(f"unix://{path}", ready_timeout=TIMEOUT) as client:

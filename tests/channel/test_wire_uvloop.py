@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from wire_helpers import TIMEOUT, Probe, build_env
 
-from proctor.channel import Server, connect
+from proctor.channel import EnvServer, connect
 from proctor.env import Capability
 
 uvloop = pytest.importorskip("uvloop")
@@ -20,7 +20,7 @@ async def rollout_with_a_tunnel() -> None:
 
     daemon = await asyncio.start_server(echo, "127.0.0.1", 0)
     host, port = daemon.sockets[0].getsockname()[:2]
-    server = Server(build_env(Probe(), [Capability("echo", "tcp", f"tcp://{host}:{port}")]))
+    server = EnvServer(build_env(Probe(), [Capability("echo", "tcp", f"tcp://{host}:{port}")]))
     host, port = await server.listen()
     try:
         async with connect(f"tcp://{host}:{port}", ready_timeout=TIMEOUT) as client:

@@ -17,7 +17,7 @@ from _support.echo_env import make_echo_env
 from proctor import Task
 from proctor.agents import Run, agent_from_fn
 from proctor.engine import Timeouts, rollout
-from proctor.runtimes import Endpoint, LocalRuntime, Runtime
+from proctor.runtimes import Endpoint, LocalRuntime, UrlRuntime
 
 events: list[str] = []
 reached: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)  # points tasks got to
@@ -189,7 +189,7 @@ async def test_connecting_failure_is_bounded_by_the_connect_timeout() -> None:
     run = await rollout(
         echo(text="a"),
         solver,
-        runtime=Runtime(f"tcp://127.0.0.1:{closed_port()}"),
+        runtime=UrlRuntime(f"tcp://127.0.0.1:{closed_port()}"),
         timeout=Timeouts(connect=0.5),
     )
     assert_failed(run, "connecting", "ConnectTimeout", "0.5s")
@@ -212,7 +212,7 @@ async def test_a_listener_that_never_answers_hello_is_bounded_by_the_connect_tim
             run = await rollout(
                 echo(text="a"),
                 solver,
-                runtime=Runtime(f"tcp://127.0.0.1:{port}"),
+                runtime=UrlRuntime(f"tcp://127.0.0.1:{port}"),
                 timeout=Timeouts(connect=0.3),
             )
         async with asyncio.timeout(2):
@@ -226,7 +226,7 @@ async def test_connect_timeout_keeps_its_type_under_a_rollout_deadline() -> None
     run = await rollout(
         echo(text="a"),
         solver,
-        runtime=Runtime(f"tcp://127.0.0.1:{closed_port()}"),
+        runtime=UrlRuntime(f"tcp://127.0.0.1:{closed_port()}"),
         timeout=Timeouts(rollout=30, connect=0.3),
     )
     assert_failed(run, "connecting", "ConnectTimeout")

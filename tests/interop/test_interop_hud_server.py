@@ -27,16 +27,16 @@ from _support.waiting import until
 from proctor import (
     RemoteError,
     Run,
-    Runtime,
     SubprocessRuntime,
     Task,
     TaskCancelled,
     Taskset,
+    UrlRuntime,
     agent_from_fn,
     connect,
     rollout,
 )
-from proctor.channel import Client
+from proctor.channel import EnvClient
 from proctor.records import Grade
 
 pytestmark = [pytest.mark.hud, pytest.mark.asyncio(loop_scope="module")]
@@ -87,10 +87,10 @@ def collect_leaks() -> Iterator[list[str]]:
             leaks.extend(str(w.message) for w in caught)
 
 
-async def resume(stack: contextlib.AsyncExitStack, url: str, session_id: str) -> Client:
+async def resume(stack: contextlib.AsyncExitStack, url: str, session_id: str) -> EnvClient:
     """Resume `session_id` once the server has seen its connection close and parked it
     (until then it refuses the resume: the session is live)."""
-    clients: list[Client] = []
+    clients: list[EnvClient] = []
 
     async def parked() -> bool:
         try:
@@ -106,7 +106,7 @@ async def resume(stack: contextlib.AsyncExitStack, url: str, session_id: str) ->
     return clients[0]
 
 
-async def adopt(client: Client, answer: str) -> Any:
+async def adopt(client: EnvClient, answer: str) -> Any:
     """Grade the only parked task, once the server has parked it (until then it has none)."""
     grades: list[Any] = []
 
@@ -312,7 +312,7 @@ async def test_parked_task_is_resumed_or_adopted(hud_url: str) -> None:
 
 async def test_rollout(hud_url: str) -> None:
     task = Task(env=ENV, id="add", args={"a": 20, "b": 22})
-    run = await rollout(task, agent_from_fn(solve), runtime=Runtime(hud_url), timeout=TIMEOUT)
+    run = await rollout(task, agent_from_fn(solve), runtime=UrlRuntime(hud_url), timeout=TIMEOUT)
     assert run.error is None, run.error
     assert (run.status, run.reward, run.answer) == ("completed", 1.0, "42")
     assert run.prompt == "What is 20 + 22?"
@@ -321,7 +321,7 @@ async def test_rollout(hud_url: str) -> None:
 async def test_rollout_uses_episode_binding(hud_url: str) -> None:
     task = Task(env=ENV, id="episode", args={"slot": 9})
     with collect_leaks() as leaks:
-        run = await rollout(task, EpisodeAgent(), runtime=Runtime(hud_url), timeout=TIMEOUT)
+        run = await rollout(task, EpisodeAgent(), runtime=UrlRuntime(hud_url), timeout=TIMEOUT)
     assert leaks == []
     assert run.error is None, run.error
     assert (run.reward, run.answer) == (1.0, "slot-9")
@@ -331,7 +331,7 @@ async def test_rollout_uses_episode_binding(hud_url: str) -> None:
 async def test_taskset_run_on_shared_server(hud_url: str) -> None:
     rows = [Task(env=ENV, id="add", args={"a": i, "b": 3 * i}) for i in range(8)]
     job = await Taskset("hud-shared", rows).run(
-        agent_from_fn(solve), runtime=Runtime(hud_url), max_concurrent=4, rollout_timeout=TIMEOUT
+        agent_from_fn(solve), runtime=UrlRuntime(hud_url), max_concurrent=4, rollout_timeout=TIMEOUT
     )
     assert [r.error for r in job.runs] == [None] * 8
     assert [r.reward for r in job.runs] == [1.0] * 8
@@ -345,7 +345,7 @@ async def test_taskset_run_on_shared_server(hud_url: str) -> None:
     ]
     with collect_leaks() as leaks:
         job = await Taskset("hud-mixed", mixed).run(
-            EpisodeAgent(), runtime=Runtime(hud_url), max_concurrent=4, rollout_timeout=TIMEOUT
+            EpisodeAgent(), runtime=UrlRuntime(hud_url), max_concurrent=4, rollout_timeout=TIMEOUT
         )
     assert leaks == []
     assert [r.error for r in job.runs] == [None] * 4

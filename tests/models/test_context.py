@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proctor.models import CHECKPOINT, ContextPolicy, compact, history_bytes, needs_compaction
+from proctor.models import CHECKPOINT, ContextPolicy, compact
+from proctor.models._context import history_bytes, needs_compaction
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 TASK = {"role": "user", "content": "Fix the failing test in repo/."}

@@ -10,14 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proctor._http import HttpClient, SSEEvent, SSEParser
-from proctor.models import (
-    StreamAccumulator,
-    ToolCall,
-    Usage,
-    check_response,
-    parse_response,
-    usage_from,
-)
+from proctor.models import ToolCall, Usage
+from proctor.models._wire import StreamAccumulator, check_response, parse_response, usage_from
 from proctor.testing import FakeModelServer, FakeToolCall, Fault, Reply
 
 # -- usage ----------------------------------------------------------------------------

@@ -12,10 +12,10 @@ import openai
 import pytest
 
 from proctor._http import HttpClient, HttpServer, Request, Response
-from proctor.models import FakeClock, RetryPolicy
-from proctor.proxy import InterceptionProxy, Limits, Upstream
+from proctor.models import RetryPolicy
+from proctor.proxy import InterceptionProxy, ModelLimits, Upstream
 from proctor.records import Trace
-from proctor.testing import FakeModelServer, Fault
+from proctor.testing import FakeClock, FakeModelServer, Fault
 
 REAL_KEY = "sk-real-upstream-key-never-leaks"
 
@@ -100,7 +100,7 @@ async def test_ended_rollout_gets_409(proxy: InterceptionProxy) -> None:
 async def test_max_turns_answers_openai_shaped_400_and_sets_stop_reason(
     proxy: InterceptionProxy,
 ) -> None:
-    session = proxy.open_session(limits=Limits(max_turns=2))
+    session = proxy.open_session(limits=ModelLimits(max_turns=2))
     client = oai(session.base_url, session.secret)
     for _ in range(2):
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
@@ -117,14 +117,14 @@ async def test_max_turns_answers_openai_shaped_400_and_sets_stop_reason(
 @pytest.mark.parametrize(
     ("limits", "reason"),
     [
-        (Limits(max_output_tokens=1), "max_output_tokens"),
-        (Limits(max_input_tokens=1), "max_input_tokens"),
-        (Limits(max_total_tokens=1), "max_total_tokens"),
-        (Limits(max_cost=1e-12), "max_cost"),
+        (ModelLimits(max_output_tokens=1), "max_output_tokens"),
+        (ModelLimits(max_input_tokens=1), "max_input_tokens"),
+        (ModelLimits(max_total_tokens=1), "max_total_tokens"),
+        (ModelLimits(max_cost=1e-12), "max_cost"),
     ],
 )
 async def test_token_and_cost_budgets(
-    proxy: InterceptionProxy, limits: Limits, reason: str
+    proxy: InterceptionProxy, limits: ModelLimits, reason: str
 ) -> None:
     session = proxy.open_session(limits=limits)
     client = oai(session.base_url, session.secret)
@@ -341,7 +341,7 @@ async def test_models_route(proxy: InterceptionProxy) -> None:
 
 
 async def test_many_rollouts_at_once_are_kept_apart(proxy: InterceptionProxy) -> None:
-    sessions = [proxy.open_session(f"r{i}", limits=Limits(max_turns=3)) for i in range(40)]
+    sessions = [proxy.open_session(f"r{i}", limits=ModelLimits(max_turns=3)) for i in range(40)]
 
     async def harness(i: int) -> None:
         client = oai(sessions[i].base_url, sessions[i].secret)

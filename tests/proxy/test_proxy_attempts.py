@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from proctor._http import HttpClient
-from proctor.models import FakeClock, RetryPolicy
+from proctor.models import RetryPolicy
 from proctor.proxy import InterceptionProxy, ProxySession
-from proctor.testing import FakeModelServer, Fault
+from proctor.testing import FakeClock, FakeModelServer, Fault
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
 

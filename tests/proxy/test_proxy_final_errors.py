@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from proctor._http import HttpServer, Request, Response
-from proctor.models import FakeClock, RetryPolicy
-from proctor.proxy import InterceptionProxy, Limits, Upstream
-from proctor.testing import FakeModelServer, Fault
+from proctor.models import RetryPolicy
+from proctor.proxy import InterceptionProxy, ModelLimits, Upstream
+from proctor.testing import FakeClock, FakeModelServer, Fault
 
 MESSAGES: Any = [{"role": "user", "content": "x"}]
 
@@ -92,7 +92,7 @@ async def test_sdk_defaults_send_one_request_after_the_rollout_ended(
 async def test_a_502_after_giving_up_is_not_resent_and_is_one_turn(
     fake: FakeModelServer, proxy: InterceptionProxy, sdks: list[Any]
 ) -> None:
-    session = proxy.open_session(limits=Limits(max_turns=1))
+    session = proxy.open_session(limits=ModelLimits(max_turns=1))
     fake.inject(Fault.reset(mid_body=False), times=20)
     sent = Sent()
     with pytest.raises(openai.InternalServerError) as err:
@@ -107,7 +107,7 @@ async def test_a_502_after_giving_up_is_not_resent_and_is_one_turn(
     assert len(session.turns) == 1 and session.admitted == 1
     assert session.stop_reason is None  # no resend ran into max_turns
 
-    session = proxy.open_session(limits=Limits(max_turns=1))
+    session = proxy.open_session(limits=ModelLimits(max_turns=1))
     sent = Sent()
     root = session.base_url.removesuffix("/v1")
     with pytest.raises(anthropic.InternalServerError):
@@ -127,7 +127,7 @@ async def test_every_error_the_proxy_decides_is_final(
     assert auth.value.response.headers["x-should-retry"] == "false"
     assert auth.value.response.headers["x-proctor-error"] == "invalid_api_key"
 
-    session = proxy.open_session(limits=Limits(max_turns=0))
+    session = proxy.open_session(limits=ModelLimits(max_turns=0))
     client = oai(session.base_url, session.secret, sent, sdks)
     with pytest.raises(openai.BadRequestError) as limit:
         await client.chat.completions.create(model="m", messages=MESSAGES)

@@ -12,9 +12,9 @@ import pytest
 
 from proctor._http import HttpClient
 from proctor.agents import CommandAgent
-from proctor.models import FakeClock, RetryPolicy
-from proctor.proxy import InterceptionProxy, Limits, ProxySession, Upstream
-from proctor.testing import FakeModelServer, Fault, Reply
+from proctor.models import RetryPolicy
+from proctor.proxy import InterceptionProxy, ModelLimits, ProxySession, Upstream
+from proctor.testing import FakeClock, FakeModelServer, Fault, Reply
 
 REAL_KEY = "sk-real-upstream-key-never-leaks"
 
@@ -68,7 +68,7 @@ async def test_a_failed_keyed_turn_retried_counts_once(fake: FakeModelServer) ->
         InterceptionProxy(fake.url, retry=policy, clock=FakeClock()) as proxy,
         HttpClient() as http,
     ):
-        session = proxy.open_session(limits=Limits(max_turns=2))
+        session = proxy.open_session(limits=ModelLimits(max_turns=2))
         fake.inject(Fault.reset(), times=2)
         status, _ = await post(http, session, body(), "k")
         assert status == 502

@@ -1,4 +1,4 @@
-"""`LocalRuntime`, `Endpoint` and `Runtime(url)`: sources, refcounted lifetime, errors."""
+"""`LocalRuntime`, `Endpoint` and `UrlRuntime(url)`: sources, refcounted lifetime, errors."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from _support.echo_env import SOURCE, make_echo_env
 from proctor import Environment, RemoteError, SourceError, Task, connect
 from proctor.agents import agent_from_fn
 from proctor.engine import rollout
-from proctor.runtimes import Endpoint, LocalRuntime, Runtime, find_environment
+from proctor.runtimes import Endpoint, LocalRuntime, UrlRuntime, find_environment
 
 events: list[str] = []
 
@@ -268,8 +268,8 @@ async def test_in_process_endpoint_binds_a_loopback_listener_only_on_demand() ->
 async def test_tcp_endpoint_and_url_runtime() -> None:
     endpoint = Endpoint("tcp://127.0.0.1:9")
     assert endpoint.target == "tcp://127.0.0.1:9" and await endpoint.tcp_url() == endpoint.url
-    runtime = Runtime("tcp://example.invalid:1")
-    assert repr(runtime) == "Runtime('tcp://example.invalid:1')"
+    runtime = UrlRuntime("tcp://example.invalid:1")
+    assert repr(runtime) == "UrlRuntime('tcp://example.invalid:1')"
     async with runtime(TASK) as got:
         assert got == Endpoint("tcp://example.invalid:1")
 
@@ -277,4 +277,4 @@ async def test_tcp_endpoint_and_url_runtime() -> None:
 async def test_url_runtime_against_an_in_process_listener() -> None:
     async with LocalRuntime(env)(TASK) as endpoint:
         url = await endpoint.tcp_url()
-        await graded(Runtime(url, token=endpoint.token))
+        await graded(UrlRuntime(url, token=endpoint.token))

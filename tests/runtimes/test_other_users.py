@@ -22,7 +22,7 @@ import pytest
 
 from proctor import Task
 from proctor.channel import connect
-from proctor.runtimes import Endpoint, Provider, SandboxRuntime, SubprocessRuntime
+from proctor.runtimes import Endpoint, Runtime, SandboxRuntime, SubprocessRuntime
 
 SOURCE = Path(__file__).with_name("sandbox_env.py")
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -142,7 +142,7 @@ def probe_as_nobody(targets: list[str]) -> dict[str, dict[str, str]]:
 
 
 @contextlib.asynccontextmanager
-async def in_flight(provider: Provider) -> AsyncIterator[tuple[Endpoint, list[str]]]:
+async def in_flight(provider: Runtime) -> AsyncIterator[tuple[Endpoint, list[str]]]:
     """A started rollout (shell declared) on `provider`; its endpoint and its addresses."""
     task = Task(env="sandbox-probe", id="linger", args={"tag": "x"})
     async with provider(task) as ep, connect(ep.target, token=ep.token) as client:

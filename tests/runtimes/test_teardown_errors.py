@@ -15,7 +15,7 @@ import pytest
 from proctor import LocalRuntime, SubprocessRuntime, Task
 from proctor.agents import Run, agent_from_fn
 from proctor.engine import rollout
-from proctor.runtimes._base import ProviderLike
+from proctor.runtimes._base import RuntimeLike
 from proctor.runtimes._sandbox import SandboxRuntime
 
 SOURCE = Path(__file__).with_name("teardown_env.py")
@@ -23,7 +23,7 @@ TASK = Task(env="teardown-probe", id="answer")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
 
 
-async def _run(runtime: ProviderLike) -> Run:
+async def _run(runtime: RuntimeLike) -> Run:
     return await rollout(TASK, agent_from_fn(lambda prompt: "anything"), runtime=runtime)
 
 

@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proctor import Server
+from proctor import EnvServer
 from proctor.testing import check_env_server, conformance_env
 
 
 @pytest.fixture
-async def in_process() -> AsyncIterator[Server]:
+async def in_process() -> AsyncIterator[EnvServer]:
     env = conformance_env.env
     await env.start()
-    server = Server(env, token="s3cret")
+    server = EnvServer(env, token="s3cret")
     try:
         yield server
     finally:
@@ -28,12 +28,12 @@ async def test_a_served_child_passes(served_url: str) -> None:
     await check_env_server(served_url)
 
 
-async def test_an_in_process_server_with_a_token_passes(in_process: Server) -> None:
+async def test_an_in_process_server_with_a_token_passes(in_process: EnvServer) -> None:
     host, port = await in_process.listen("127.0.0.1", 0)
     await check_env_server(f"tcp://{host}:{port}", token="s3cret")
 
 
-async def test_a_missing_token_is_reported(in_process: Server) -> None:
+async def test_a_missing_token_is_reported(in_process: EnvServer) -> None:
     host, port = await in_process.listen("127.0.0.1", 0)
     with pytest.raises(AssertionError, match=r"\[hello\]: hello answered an error: .*token"):
         await check_env_server(f"tcp://{host}:{port}")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import proctor.testing._check_runtime as check_module
-from proctor import Environment, Server, Task
+from proctor import Environment, EnvServer, Task
 from proctor.engine import default_runtime
-from proctor.runtimes import Endpoint, LocalRuntime, Runtime, SubprocessRuntime
+from proctor.runtimes import Endpoint, LocalRuntime, SubprocessRuntime, UrlRuntime
 from proctor.testing import RUNTIME_CHECKS, RuntimeReport, check_runtime, conformance_env
 
 TASK = conformance_env.env.tasks["echo"](text="hello")
@@ -45,7 +45,7 @@ async def test_subprocess_runtime() -> None:
 
 
 async def test_url_runtime_against_a_served_child(served_url: str) -> None:
-    assert_complete(await check_runtime(Runtime(served_url), TASK))
+    assert_complete(await check_runtime(UrlRuntime(served_url), TASK))
 
 
 # --- broken providers fail, naming the check ----------------------------------------------------
@@ -62,7 +62,7 @@ class Broken:
     def __init__(self, flaw: str) -> None:
         self.flaw = flaw
         self.spawned: list[asyncio.subprocess.Process] = []
-        self.servers: list[Server] = []
+        self.servers: list[EnvServer] = []
 
     def __repr__(self) -> str:
         return f"Broken({self.flaw})"
@@ -74,7 +74,7 @@ class Broken:
     async def _cm(self, task: Task) -> AsyncIterator[Endpoint]:
         env = conformance_env.env
         await env.start()
-        server = Server(env)
+        server = EnvServer(env)
         self.servers.append(server)
         if self.flaw == "not an endpoint":
             yield "tcp://127.0.0.1:1"  # type: ignore[misc]
@@ -117,7 +117,7 @@ async def test_a_broken_provider_fails_with_a_clear_message(flaw: str, message: 
 async def test_a_token_the_server_does_not_enforce_fails(served_url: str) -> None:
     # The served child has no token: one in the endpoint protects nothing.
     with pytest.raises(AssertionError, match=r"\[reachable\]: .* answered hello without it"):
-        await check_runtime(Runtime(served_url, token="not-enforced"), TASK, timeout=10)
+        await check_runtime(UrlRuntime(served_url, token="not-enforced"), TASK, timeout=10)
 
 
 async def test_a_provider_that_raises_fails_as_an_assertion() -> None:
@@ -131,7 +131,7 @@ async def test_a_server_of_another_environment_fails() -> None:
 
     @contextlib.asynccontextmanager
     async def serve_other(task: Task) -> AsyncIterator[Endpoint]:
-        server = Server(other)
+        server = EnvServer(other)
         try:
             yield Endpoint("memory://other", server)
         finally:
@@ -142,6 +142,6 @@ async def test_a_server_of_another_environment_fails() -> None:
 
 
 async def test_a_shared_server_that_is_left_open_is_fine_when_declared(served_url: str) -> None:
-    # Runtime(url) is shared by default; declaring it not shared expects it to go away.
+    # UrlRuntime(url) is shared by default; declaring it not shared expects it to go away.
     with pytest.raises(AssertionError, match=r"\[reachable\]: tcp://127.0.0.1:\d+ still accepts"):
-        await check_runtime(Runtime(served_url), TASK, shared=False, timeout=10)
+        await check_runtime(UrlRuntime(served_url), TASK, shared=False, timeout=10)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from .._errors import ParseError
 from ._headers import Headers
 
 __all__ = [
@@ -37,14 +38,6 @@ _STATUS = re.compile(r"HTTP/1\.[01] [1-9][0-9][0-9](?: [^\x00-\x08\x0a-\x1f\x7f]
 _VERSIONS = frozenset(("HTTP/1.1", "HTTP/1.0"))
 _MAX_LINE = 4096  # a chunk-size line or one trailer field
 _MAX_TRAILERS = 65536
-
-
-class ParseError(ValueError):
-    """A message is malformed; `status` is the response a server should send."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class RequestHead:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from .._errors import Abort
 from .._reads import BufferedReads
 from ._headers import Headers, HeaderSource, as_pairs
 from ._limits import HttpLimits
@@ -47,13 +48,6 @@ _BODYLESS = frozenset((204, 304))
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 _status_lines: dict[int, str] = {}
-
-
-class Abort(Exception):
-    """Raised by a handler or a streaming body: the server resets the connection at once.
-
-    Before the response head this sends no response at all; mid-body it cuts the body.
-    """
 
 
 @dataclass(slots=True)

@@ -1,6 +1,7 @@
 """Agents: the contract (`Agent`, and the `Run` it acts on), scripted agents, the
 tool-calling model agent, and harnesses in any language run as child processes."""
 
+from .._public import publish
 from ._agent import Agent, FunctionAgent, ScriptedAgent, agent_from_fn
 from ._command import CommandAgent
 from ._run import Run, RunStatus
@@ -24,3 +25,5 @@ __all__ = [
     "run_tools",
     "shell_tool",
 ]
+
+publish(globals(), __all__, __name__)

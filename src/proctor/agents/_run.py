@@ -11,7 +11,7 @@ from .._errors import ChannelError, ProtocolError
 from ..records._records import Grade, RunError, Trace
 
 if TYPE_CHECKING:
-    from ..channel._client import Client
+    from ..channel._client import EnvClient
     from ..env._types import Capability
     from ..proxy import ProxySession
     from ..records._task import Task
@@ -66,7 +66,7 @@ class Run:
         self.status: RunStatus = "pending"
         self.error: RunError | None = None
         self.phase = "provisioning"
-        self.client: Client | None = None
+        self.client: EnvClient | None = None
         self.proxy_session: ProxySession | None = None
         self.stop_reason: str | None = None
         self.started_at = time.time()
@@ -224,7 +224,7 @@ class Run:
             "trace": self.trace.to_dict(),
         }
 
-    def _live(self) -> Client:
+    def _live(self) -> EnvClient:
         if self.client is None:
             raise ChannelError("this run has no live connection")
         return self.client

@@ -30,10 +30,10 @@ Write with `BatchStore` (`create` a new directory, `open` to resume) and one
 `count_rollouts`, `read_rollout`, `read_events`, `read_state`, `read_batch`.
 """
 
+from .._public import publish
 from ._config import (
     Assignment,
     BatchConfig,
-    BatchConfigError,
     ConfigProblem,
     build_runtime,
     load_config,
@@ -50,7 +50,6 @@ from ._store import (
     Durability,
     PlannedRollout,
     RolloutRecorder,
-    StoreError,
     read_batch,
 )
 
@@ -59,7 +58,6 @@ __all__ = [
     "TERMINAL",
     "Assignment",
     "BatchConfig",
-    "BatchConfigError",
     "BatchStore",
     "Check",
     "ConfigProblem",
@@ -68,7 +66,6 @@ __all__ = [
     "Plan",
     "PlannedRollout",
     "RolloutRecorder",
-    "StoreError",
     "aplan",
     "build_runtime",
     "count_rollouts",
@@ -82,3 +79,5 @@ __all__ = [
     "read_state",
     "rollout_id",
 ]
+
+publish(globals(), __all__, __name__)

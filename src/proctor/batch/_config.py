@@ -27,12 +27,12 @@ from pydantic import (
     model_validator,
 )
 
-from .._errors import ProctorError
+from .._errors import BatchConfigError
 
 if TYPE_CHECKING:
     from ..engine import Timeouts
-    from ..proxy import Limits
-    from ..runtimes import Provider
+    from ..proxy import ModelLimits
+    from ..runtimes import Runtime
 from ._config_lines import json_lines, toml_lines
 
 __all__ = [
@@ -72,14 +72,6 @@ _INTERPRETERS = re.compile(r"(python[\d.]*|node|bash|sh|uv|uvx|npx|deno|bun|ruby
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class BatchConfigError(ProctorError, ValueError):
-    """A batch config is malformed; `problems` lists every field at fault with its line."""
-
-    def __init__(self, problems: Sequence[ConfigProblem]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(p.describe() for p in self.problems))
 
 
 class ConfigProblem(BaseModel):
@@ -327,7 +319,7 @@ class RayRuntimeConfig(_Launch):
 
 
 class UrlRuntimeConfig(_Model):
-    """An environment already served elsewhere (`Runtime(url)`)."""
+    """An environment already served elsewhere (`UrlRuntime(url)`)."""
 
     kind: Literal["url"]
     url: str
@@ -396,7 +388,7 @@ class TimeoutsConfig(_Model):
 
 
 class LimitsConfig(_Model):
-    """Per-rollout budgets the interception proxy enforces (`proctor.proxy.Limits`)."""
+    """Per-rollout budgets the interception proxy enforces (`proctor.proxy.ModelLimits`)."""
 
     max_turns: Annotated[int, Field(ge=0)] | None = None
     max_input_tokens: Annotated[int, Field(ge=0)] | None = None
@@ -405,11 +397,11 @@ class LimitsConfig(_Model):
     max_cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     """USD per rollout."""
 
-    def to_limits(self) -> Limits:
-        """The interception proxy's `Limits` with these budgets."""
-        from ..proxy import Limits
+    def to_limits(self) -> ModelLimits:
+        """The interception proxy's `ModelLimits` with these budgets."""
+        from ..proxy import ModelLimits
 
-        return Limits(**self.model_dump())
+        return ModelLimits(**self.model_dump())
 
 
 # -- the config -------------------------------------------------------------------------
@@ -547,7 +539,7 @@ def _clean(part: str) -> str:
 # -- runtime providers ------------------------------------------------------------------
 
 
-def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Provider:
+def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Runtime:
     """The runtime provider `config.runtime` names, not yet entered.
 
     Args:
@@ -576,7 +568,7 @@ def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Provider:
     return _source_runtime(config, source)
 
 
-def _source_runtime(config: BatchConfig, source: str) -> Provider:
+def _source_runtime(config: BatchConfig, source: str) -> Runtime:
     from ..runtimes import LocalRuntime, RayRuntime, SandboxRuntime, SubprocessRuntime
 
     rt, name = config.runtime, config.taskset.env
@@ -603,7 +595,7 @@ def _source_runtime(config: BatchConfig, source: str) -> Provider:
 
 def _container_runtime(
     config: BatchConfig, rt: ContainerRuntimeConfig, batch: str | None
-) -> Provider:
+) -> Runtime:
     from ..runtimes import ContainerRuntime
 
     extra = {} if rt.ulimits is None else {"ulimits": rt.ulimits}
@@ -616,14 +608,14 @@ def _container_runtime(
     )  # fmt: skip
 
 
-def _url_runtime(rt: UrlRuntimeConfig) -> Provider:
-    from ..runtimes import Runtime
+def _url_runtime(rt: UrlRuntimeConfig) -> Runtime:
+    from ..runtimes import UrlRuntime
 
     token = os.environ.get(rt.token_env) if rt.token_env else None
     if rt.token_env and not token:
         message = f"{rt.token_env} is not set (the server's token)"
         raise BatchConfigError([ConfigProblem(path="runtime.token_env", message=message)])
-    return Runtime(rt.url, token=token)
+    return UrlRuntime(rt.url, token=token)
 
 
 # -- loading ----------------------------------------------------------------------------

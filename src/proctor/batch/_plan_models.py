@@ -196,7 +196,7 @@ def projected_cost(config: BatchConfig, rollouts_by_model: dict[str, int]) -> fl
     A rollout's bound is the smallest of `max_cost` and what its token budgets cost
     at the model's dearest input (cache writes included) and output prices, with the
     long-context multipliers applied. The turn that crosses a budget still completes
-    (`proctor.proxy.Limits`), so the real spend can exceed this by one turn per rollout.
+    (`proctor.proxy.ModelLimits`), so the real spend can exceed this by one turn per rollout.
     """
     total = 0.0
     for model, count in rollouts_by_model.items():

@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from .._errors import ProctorError
+from .._errors import StoreError
 from . import _files, _index
 
 __all__ = [
@@ -47,15 +47,6 @@ LAYOUT_VERSION = 1
 TERMINAL = _index.ENDED
 Durability = Literal["default", "strict"]
 Redact = Callable[[bytes], bytes]
-
-
-class StoreError(ProctorError):
-    """An output directory cannot be created, opened or written.
-
-    It already exists (a new batch never reuses one), it is not a batch output (no
-    `batch.json`), its `layout_version` is one this code does not read, or the store's
-    background flush failed (the original `OSError` or `sqlite3.Error` is the cause).
-    """
 
 
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,159}")

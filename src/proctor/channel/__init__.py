@@ -1,15 +1,18 @@
 """The wire: control channel v1 server and client (see DESIGN section 3)."""
 
-from ._client import Client, Manifest, connect
+from .._public import publish
+from ._client import EnvClient, Manifest, connect
 from ._framing import MAX_FRAME
-from ._server import DEFAULT_PARK_TTL, MAX_FIRST_FRAME, Server
+from ._server import DEFAULT_PARK_TTL, MAX_FIRST_FRAME, EnvServer
 
 __all__ = [
     "DEFAULT_PARK_TTL",
     "MAX_FIRST_FRAME",
     "MAX_FRAME",
-    "Client",
+    "EnvClient",
+    "EnvServer",
     "Manifest",
-    "Server",
     "connect",
 ]
+
+publish(globals(), __all__, __name__)

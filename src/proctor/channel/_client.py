@@ -1,4 +1,4 @@
-"""The control channel client: `connect`, `Client` calls, lazy capability forwarders."""
+"""The control channel client: `connect`, `EnvClient` calls, lazy capability forwarders."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ from ._reads import BufferedReads
 from ._splice import Pipe, host_port
 
 if TYPE_CHECKING:
-    from ._server import Server
+    from ._server import EnvServer
 
-__all__ = ["Client", "Dialer", "Manifest", "connect", "dialer_for"]
+__all__ = ["Dialer", "EnvClient", "Manifest", "connect", "dialer_for"]
 
 _log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Manifest:
     """The secret that resumes this session later (None from a HUD server)."""
 
 
-class Client:
+class EnvClient:
     """One control session with an environment server.
 
     Calls are serialized (one request in flight); `cancel` and `bye` may overtake a
@@ -331,7 +331,7 @@ class Client:
             task.cancel()
         await asyncio.gather(*self._tunnels, return_exceptions=True)
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> EnvClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -339,7 +339,7 @@ class Client:
 
 
 class _ClientProtocol(BufferedReads):
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: EnvClient) -> None:
         self.client = client
         self.buffer = LineBuffer()
 
@@ -366,7 +366,7 @@ class _LocalEnd(Pipe):
     With `same_uid` (a TCP forwarder), a connection from another uid is closed at once.
     """
 
-    def __init__(self, client: Client, name: str, *, same_uid: bool = False) -> None:
+    def __init__(self, client: EnvClient, name: str, *, same_uid: bool = False) -> None:
         super().__init__()
         self.client = client
         self.name = name
@@ -457,11 +457,11 @@ def _remote_error(err: Any) -> ChannelError:
     return cls(code, message, err.get("data"))
 
 
-def dialer_for(target: str | Server) -> tuple[Dialer, str]:
-    """A dialer and a display URL for `tcp://host:port`, `unix:///path` or a `Server`."""
-    from ._server import Server
+def dialer_for(target: str | EnvServer) -> tuple[Dialer, str]:
+    """A dialer and a display URL for `tcp://host:port`, `unix:///path` or a `EnvServer`."""
+    from ._server import EnvServer
 
-    if isinstance(target, Server):
+    if isinstance(target, EnvServer):
         server = target
 
         async def dial_memory(factory: Callable[[], StreamProtocol]) -> asyncio.Transport:
@@ -503,18 +503,18 @@ def _unix_dialer(target: str) -> tuple[Dialer, str]:
 
 @contextlib.asynccontextmanager
 async def connect(
-    target: str | Server,
+    target: str | EnvServer,
     *,
     ready_timeout: float = 30.0,
     token: str | None = None,
     session_id: str | None = None,
     resume_token: str | None = None,
-) -> AsyncIterator[Client]:
+) -> AsyncIterator[EnvClient]:
     """Connect and say hello, retrying until the server answers; close on exit.
 
     Args:
         target: `tcp://host:port`, `unix:///path` (a Unix socket), or an in-process
-            `Server` (no socket at all).
+            `EnvServer` (no socket at all).
         ready_timeout: how long to keep retrying connect + hello.
         token: shared secret for servers bound beyond loopback.
         session_id: resume this parked session instead of starting a fresh one.
@@ -533,18 +533,18 @@ async def connect(
 
 
 async def _connect_ready(
-    target: str | Server,
+    target: str | EnvServer,
     ready_timeout: float,
     token: str | None,
     session_id: str | None,
     resume_token: str | None = None,
-) -> Client:
+) -> EnvClient:
     dial, url = dialer_for(target)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ready_timeout
     delay = 0.005
     while True:
-        client = Client(dial, url, token=token)
+        client = EnvClient(dial, url, token=token)
         try:
             # A server that accepts but never answers must not outlast the deadline.
             async with asyncio.timeout_at(deadline):

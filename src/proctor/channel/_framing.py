@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import ProtocolError
+from .._errors import FrameTooLarge, ParseError
 
 __all__ = [
     "MAX_FRAME",
@@ -36,18 +36,6 @@ MAX_FRAME = 16 * 1024 * 1024
 
 MAX_INT_DIGITS = 308
 """Every integer of up to this many digits crosses exactly (any below 1.8e308 does)."""
-
-
-class ParseError(ProtocolError):
-    """A line is not valid JSON."""
-
-
-class FrameTooLarge(ProtocolError):
-    """A line grew past the frame limit; `frames` are the complete ones before it."""
-
-    def __init__(self, message: str, frames: list[bytes]) -> None:
-        super().__init__(message)
-        self.frames = frames
 
 
 # Every digit read as "0", so a run of 19 digits is a plain substring test (4x a regex).

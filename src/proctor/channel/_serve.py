@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from .._errors import ProctorError, TeardownError
 from ..env._environment import Environment
-from ._server import DEFAULT_PARK_TTL, Server
+from ._server import DEFAULT_PARK_TTL, EnvServer
 
 __all__ = ["main", "run_server", "serve"]
 
@@ -67,7 +67,7 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await env.start()
-    server = Server(env, token=token, park_ttl=park_ttl, legacy_resume=legacy_resume)
+    server = EnvServer(env, token=token, park_ttl=park_ttl, legacy_resume=legacy_resume)
     try:
         if isinstance(unix, str):
             announce_unix(await server.listen_unix(unix))

@@ -1,6 +1,6 @@
 """The control channel server: sessions, parking, tunnels, on TCP, Unix sockets or in memory.
 
-One `Server` serves one `Environment`. Every connection is a `_Connection` protocol
+One `EnvServer` serves one `Environment`. Every connection is a `_Connection` protocol
 whose first frame picks its kind: `tunnel.open` splices raw bytes to a declared
 capability, anything else starts a control session (`_Session`). The session code is
 transport-agnostic: the same protocol object runs over a socket or a `MemoryTransport`.
@@ -39,7 +39,7 @@ from ._messages import (
 )
 from ._splice import Pipe, dial
 
-__all__ = ["DEFAULT_PARK_TTL", "MAX_FIRST_FRAME", "Server"]
+__all__ = ["DEFAULT_PARK_TTL", "MAX_FIRST_FRAME", "EnvServer"]
 
 log = logging.getLogger("proctor.channel")
 
@@ -65,7 +65,7 @@ class _Parked:
         self.weight = weight
 
 
-class Server:
+class EnvServer:
     """Serve an environment's control channel.
 
     Every connection's first frame is at most `MAX_FIRST_FRAME` bytes (later ones
@@ -297,7 +297,7 @@ class _Connection(Pipe):
     server's buffer budget.
     """
 
-    def __init__(self, server: Server, *, remote: bool = False) -> None:
+    def __init__(self, server: EnvServer, *, remote: bool = False) -> None:
         super().__init__()
         self.server = server
         self.remote = remote
@@ -506,7 +506,7 @@ class _Connection(Pipe):
 class _Session:
     """The JSON-RPC dialogue of one control connection."""
 
-    def __init__(self, server: Server, conn: _Connection) -> None:
+    def __init__(self, server: EnvServer, conn: _Connection) -> None:
         self.server = server
         self.conn = conn
         self.id = f"sess-{secrets.token_hex(8)}"
@@ -821,10 +821,10 @@ class _AcceptFilter:
 
     def __init__(self, previous: Any) -> None:
         self.previous = previous
-        self.servers: weakref.WeakSet[Server] = weakref.WeakSet()
+        self.servers: weakref.WeakSet[EnvServer] = weakref.WeakSet()
 
     @classmethod
-    def install(cls, loop: asyncio.AbstractEventLoop, server: Server) -> None:
+    def install(cls, loop: asyncio.AbstractEventLoop, server: EnvServer) -> None:
         current = loop.get_exception_handler()
         if not isinstance(current, cls):
             current = cls(current)

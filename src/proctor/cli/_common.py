@@ -9,6 +9,8 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._errors import CLIError, Terminated
+
 __all__ = [
     "CLIError",
     "Terminated",
@@ -20,14 +22,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class CLIError(Exception):
-    """A user mistake the CLI reports as one `error: ...` line (exit code 1)."""
-
-
-class Terminated(Exception):
-    """SIGTERM arrived while a command ran; its work was cancelled and cleaned up."""
 
 
 def split_source(source: str, env_name: str | None) -> tuple[str, str | None]:

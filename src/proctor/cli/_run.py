@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..engine import Job
     from ..env import Environment
     from ..proxy import InterceptionProxy
-    from ..runtimes import ProviderLike
+    from ..runtimes import RuntimeLike
     from ..tasks import Taskset
 
 __all__ = ["cmd_run"]
@@ -142,12 +142,12 @@ def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | Non
         except ModelError as exc:
             raise CLIError(f"--model: {exc}") from None
     from ..agents import CommandAgent
-    from ..proxy import InterceptionProxy, Limits
+    from ..proxy import InterceptionProxy, ModelLimits
 
     argv = shlex.split(args.harness)
     if not argv:
         raise CLIError("--harness: empty command")
-    limits = Limits(
+    limits = ModelLimits(
         max_turns=args.max_turns, max_total_tokens=args.max_tokens, max_cost=args.max_cost
     )
     agent = CommandAgent(argv, pass_env=args.harness_env, jail=not args.no_jail)
@@ -185,8 +185,8 @@ async def _provider(
     env_name: str | None,
     ready_timeout: float,
     token: str | None = None,
-) -> AsyncIterator[ProviderLike]:
-    from ..runtimes import LocalRuntime, Runtime, SubprocessRuntime
+) -> AsyncIterator[RuntimeLike]:
+    from ..runtimes import LocalRuntime, SubprocessRuntime, UrlRuntime
 
     if runtime == "local":
         # Entered once so the environment starts once for the batch, and a failing
@@ -211,7 +211,7 @@ async def _provider(
 
         async with connect(runtime, ready_timeout=ready_timeout, token=token):
             pass  # fail fast when nothing answers there
-        yield Runtime(runtime, token=token)
+        yield UrlRuntime(runtime, token=token)
 
 
 # -- execution --------------------------------------------------------------------------

@@ -38,13 +38,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 async def _list_local(source: str, env_name: str | None, ready_timeout: float) -> list[Any]:
-    from ..channel import Server, connect
+    from ..channel import EnvServer, connect
     from ..runtimes import find_environment
 
     env = find_environment(source, env_name)
     await env.start()
     try:
-        server = Server(env)
+        server = EnvServer(env)
         try:
             async with connect(server, ready_timeout=ready_timeout) as client:
                 return await client.list_tasks()

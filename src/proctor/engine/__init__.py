@@ -1,5 +1,6 @@
 """The engine: one rollout, a taskset of them, and the `Job` that collects their runs."""
 
+from .._public import publish
 from ._job import Job
 from ._ray_executor import RayExecutor
 from ._rollout import default_runtime, rollout, run_taskset
@@ -13,3 +14,5 @@ __all__ = [
     "rollout",
     "run_taskset",
 ]
+
+publish(globals(), __all__, __name__)

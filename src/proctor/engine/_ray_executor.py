@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from ..agents._agent import Agent
     from ..records._task import Task
-    from ..runtimes._base import ProviderLike
+    from ..runtimes._base import RuntimeLike
 
 __all__ = ["RayExecutor", "WorkerLost"]
 
@@ -102,7 +102,7 @@ class RayExecutor:
         pairs: _Pairs,
         agent: Agent,
         *,
-        runtime: ProviderLike,
+        runtime: RuntimeLike,
         job_id: str,
         timeout: Timeouts | float | None,  # noqa: ASYNC109 - a Timeouts value
         max_concurrent: int | None,
@@ -135,7 +135,7 @@ class RayExecutor:
                 _forget(book)
 
     async def _start(
-        self, agent: Agent, runtime: ProviderLike, limits: Timeouts, book: str | None
+        self, agent: Agent, runtime: RuntimeLike, limits: Timeouts, book: str | None
     ) -> list[_Shard]:
         import ray
 
@@ -345,7 +345,7 @@ def _plain_run(state: dict[str, Any]) -> Run:
 class _ShardActor:
     """Runs whole rollouts in a Ray worker; the driver's `_Shard` talks to it."""
 
-    def __init__(self, cargo: tuple[Agent, ProviderLike, Timeouts, float, str | None]) -> None:
+    def __init__(self, cargo: tuple[Agent, RuntimeLike, Timeouts, float, str | None]) -> None:
         self.agent, self.runtime, self.timeout, self.settle, self.book = cargo
         self.entered = False
         self.running: set[asyncio.Task[Run]] = set()

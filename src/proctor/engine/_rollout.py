@@ -19,9 +19,9 @@ from ._timeouts import Timeouts
 
 if TYPE_CHECKING:
     from ..agents._agent import Agent
-    from ..proxy import InterceptionProxy, Limits
+    from ..proxy import InterceptionProxy, ModelLimits
     from ..records._task import Task
-    from ..runtimes._base import ProviderLike
+    from ..runtimes._base import RuntimeLike
     from ._ray_executor import RayExecutor
 
 __all__ = ["execute", "rollout", "run_taskset"]
@@ -33,17 +33,17 @@ async def rollout(
     task: Task,
     agent: Agent,
     *,
-    runtime: ProviderLike | None = None,
+    runtime: RuntimeLike | None = None,
     job_id: str | None = None,
     group_id: str | None = None,
     timeout: Timeouts | float | None = None,  # noqa: ASYNC109 - a Timeouts value
     trace_id: str | None = None,
     proxy: InterceptionProxy | None = None,
-    limits: Limits | None = None,
+    limits: ModelLimits | None = None,
 ) -> Run:
     """Run one task end to end and return its `Run`, graded or failed.
 
-    Provider, connection and task are stacked and always unwound, in reverse, within
+    Runtime, connection and task are stacked and always unwound, in reverse, within
     the teardown deadline, which the rollout deadline never cuts short. A failure
     anywhere becomes `run.error` (with its phase); only cancellation propagates, after
     cleanup. A run that fails after the task may have started cancels it first.
@@ -74,10 +74,10 @@ async def execute(
     run: Run,
     agent: Agent,
     *,
-    runtime: ProviderLike | None = None,
+    runtime: RuntimeLike | None = None,
     timeout: Timeouts | float | None = None,  # noqa: ASYNC109 - a Timeouts value
     proxy: InterceptionProxy | None = None,
-    limits: Limits | None = None,
+    limits: ModelLimits | None = None,
 ) -> Run:
     """`rollout()` on a `Run` the caller made (a distributed executor watches its phase)."""
     deadlines = Timeouts.of(timeout)
@@ -110,11 +110,11 @@ async def execute(
 async def _drive(
     run: Run,
     agent: Agent,
-    provider: ProviderLike,
+    provider: RuntimeLike,
     limits: Timeouts,
     stack: AsyncExitStack,
     proxy: InterceptionProxy | None,
-    budgets: Limits | None,
+    budgets: ModelLimits | None,
 ) -> None:
     endpoint = await stack.enter_async_context(provider(run.task))
     run.phase = "connecting"
@@ -188,7 +188,7 @@ async def run_taskset(
     tasks: Iterable[Task],
     agent: Agent,
     *,
-    runtime: ProviderLike | None = None,
+    runtime: RuntimeLike | None = None,
     group: int | None = 1,
     max_concurrent: int | None = None,
     job: Job | None = None,
@@ -196,7 +196,7 @@ async def run_taskset(
     on_run: Callable[[Run], Any] | None = None,
     name: str = "",
     proxy: InterceptionProxy | None = None,
-    limits: Limits | None = None,
+    limits: ModelLimits | None = None,
     executor: Literal["local", "ray"] | RayExecutor = "local",
 ) -> Job:
     """Run every task `group` times and return the `Job`; never raises for a rollout.
@@ -284,7 +284,7 @@ def _executor(executor: object) -> RayExecutor | None:
     raise ValueError(f"executor must be 'local', 'ray' or a RayExecutor, not {executor!r}")
 
 
-def default_runtime() -> ProviderLike:
+def default_runtime() -> RuntimeLike:
     """Placement when none is given: serve each row's environment in this process."""
     return _InProcess()
 

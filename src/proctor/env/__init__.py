@@ -1,5 +1,6 @@
 """Authoring: environments, task templates, capabilities, graders."""
 
+from .._public import publish
 from . import _graders as graders
 from ._environment import Environment
 from ._runner import TaskRunner
@@ -18,3 +19,5 @@ __all__ = [
     "Template",
     "graders",
 ]
+
+publish(globals(), __all__, __name__)

@@ -7,11 +7,14 @@ async with InterceptionProxy("openai/gpt-4.1-mini") as proxy:
 
 Each rollout gets a secret; its harness sees `OPENAI_BASE_URL` / `OPENAI_API_KEY`
 (and the Anthropic pair) pointing at the proxy, never the real key. Every turn lands
-on the rollout's trace; budgets in `Limits` are enforced per rollout.
+on the rollout's trace; budgets in `ModelLimits` are enforced per rollout.
 """
 
 from .._http import HttpLimits
+from .._public import publish
 from ._proxy import InterceptionProxy, Upstream
-from ._session import Limits, ProxySession
+from ._session import ModelLimits, ProxySession
 
-__all__ = ["HttpLimits", "InterceptionProxy", "Limits", "ProxySession", "Upstream"]
+__all__ = ["HttpLimits", "InterceptionProxy", "ModelLimits", "ProxySession", "Upstream"]
+
+publish(globals(), __all__, __name__)

@@ -24,7 +24,7 @@ from .._http import HttpClient, HttpLimits, HttpServer, Request, Response
 from ..models._clock import Clock
 from ..models._names import Api, ModelSpec, parse_model
 from ..models._retry import Retrier, RetryPolicy
-from ._session import Limits, ProxySession, _KeyState
+from ._session import ModelLimits, ProxySession, _KeyState
 from ._turn import Turn, down_headers, error_response
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class InterceptionProxy:
     def __init__(
         self,
         *upstreams: str | ModelSpec | Upstream,
-        limits: Limits | None = None,
+        limits: ModelLimits | None = None,
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
         host: str = "127.0.0.1",
@@ -128,7 +128,7 @@ class InterceptionProxy:
             if upstream.kind in self.upstreams:
                 raise ValueError(f"two {upstream.kind} upstreams given; the proxy takes one")
             self.upstreams[upstream.kind] = upstream
-        self.limits = limits or Limits()
+        self.limits = limits or ModelLimits()
         self.retry = retry or RetryPolicy()
         self.clock = clock
         self._server = HttpServer(
@@ -174,7 +174,7 @@ class InterceptionProxy:
         self,
         rollout_id: str | None = None,
         *,
-        limits: Limits | None = None,
+        limits: ModelLimits | None = None,
         trace: Trace | None = None,
     ) -> ProxySession:
         """Register a rollout; its turns land on `trace` (if given) and `session.turns`."""

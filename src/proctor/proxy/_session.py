@@ -13,14 +13,14 @@ if TYPE_CHECKING:
     from ..models import Usage
     from ..records._records import Trace
 
-__all__ = ["Limits", "ProxySession", "Replay"]
+__all__ = ["ModelLimits", "ProxySession", "Replay"]
 
 if TYPE_CHECKING:
     from ..records._records import Step
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class ModelLimits:
     """Per-rollout budgets the proxy enforces; None means unlimited.
 
     Token budgets are cumulative over the rollout's turns (input counts every turn's
@@ -46,7 +46,7 @@ class Limits:
         ):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ValueError(f"Limits.{name} must be >= 0, got {value!r}")
+                raise ValueError(f"ModelLimits.{name} must be >= 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ class ProxySession:
         self,
         rollout_id: str,
         base_url: str,
-        limits: Limits,
+        limits: ModelLimits,
         trace: Trace | None,
         on_close: Callable[[ProxySession], None] | None = None,
     ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._public import publish
 from ._records import Grade, JobStats, RunError, Step, StepKind, SubScore, Trace
 
 if TYPE_CHECKING:
@@ -36,3 +37,6 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+publish(globals(), __all__, __name__)

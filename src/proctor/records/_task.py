@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .._public import publish
+
 __all__ = ["Task", "args_digest"]
 
 
@@ -45,3 +47,6 @@ class Task(BaseModel):
         if not self.slug:
             self.slug = f"{self.id}-{args_digest(self.args)}" if self.args else self.id
         return self
+
+
+publish(globals(), __all__, "proctor.records")  # loaded lazily by the package

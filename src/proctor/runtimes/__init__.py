@@ -1,6 +1,7 @@
 """Runtimes: where an environment is brought up for a rollout."""
 
-from ._base import Endpoint, Provider, ProviderLike, Runtime
+from .._public import publish
+from ._base import Endpoint, Runtime, RuntimeLike, UrlRuntime
 from ._container import ContainerRuntime
 from ._image import python_image
 from ._local import LocalRuntime, find_environment
@@ -12,12 +13,14 @@ __all__ = [
     "ContainerRuntime",
     "Endpoint",
     "LocalRuntime",
-    "Provider",
-    "ProviderLike",
     "RayRuntime",
     "Runtime",
+    "RuntimeLike",
     "SandboxRuntime",
     "SubprocessRuntime",
+    "UrlRuntime",
     "find_environment",
     "python_image",
 ]
+
+publish(globals(), __all__, __name__)

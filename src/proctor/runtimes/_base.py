@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from ..channel._server import Server
+    from ..channel._server import EnvServer
     from ..records._task import Task
 
-__all__ = ["Endpoint", "Provider", "ProviderLike", "Runtime"]
+__all__ = ["Endpoint", "Runtime", "RuntimeLike", "UrlRuntime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,13 +26,13 @@ class Endpoint:
     """
 
     url: str
-    server: Server | None = None
+    server: EnvServer | None = None
     token: str | None = field(default=None, repr=False)
     """The server's shared secret (kept out of reprs and logs). Every server a runtime
     starts has a fresh one, on loopback too, where any local user could connect."""
 
     @property
-    def target(self) -> str | Server:
+    def target(self) -> str | EnvServer:
         """What `connect()` takes: the in-process server if any, else the URL."""
         return self.server if self.server is not None else self.url
 
@@ -44,7 +44,7 @@ class Endpoint:
         return f"tcp://{host}:{port}"
 
 
-class Provider(ABC):
+class Runtime(ABC):
     """Brings an environment up for one task and tears it down after.
 
     Calling the provider returns an async context manager; entering it yields the
@@ -57,11 +57,11 @@ class Provider(ABC):
         """Acquire a substrate serving `task.env`."""
 
 
-ProviderLike: TypeAlias = "Provider | Callable[[Task], AbstractAsyncContextManager[Endpoint]]"
-"""Any callable with the provider shape is accepted where a `Provider` is."""
+RuntimeLike: TypeAlias = "Runtime | Callable[[Task], AbstractAsyncContextManager[Endpoint]]"
+"""Any callable with the provider shape is accepted where a `Runtime` is."""
 
 
-class Runtime(Provider):
+class UrlRuntime(Runtime):
     """An environment already served elsewhere: the URL passes straight through.
 
     Args:
@@ -75,7 +75,7 @@ class Runtime(Provider):
         self._token = token
 
     def __repr__(self) -> str:
-        return f"Runtime({self.url!r})"
+        return f"UrlRuntime({self.url!r})"
 
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         return self._endpoint()

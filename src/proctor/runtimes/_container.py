@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RuntimeLaunchError
-from ._base import Endpoint, Provider
+from ._base import Endpoint, Runtime
 from ._process import MARK, REAP, Tail, check_teardown, killpg, parse_report
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def resolve_engine(engine: Engine | None = None) -> list[str]:
     raise RuntimeLaunchError(f"no container engine: {engine or 'podman or docker'} not on PATH")
 
 
-class ContainerRuntime(Provider):
+class ContainerRuntime(Runtime):
     """Serve each rollout's environment in its own container, removed at teardown.
 
     The container runs `python -m proctor.serve SOURCE` (or `command`) from `image`,

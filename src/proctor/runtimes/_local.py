@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._errors import RuntimeLaunchError, SourceError
 from .._loader import find_environment
-from ..channel._server import DEFAULT_PARK_TTL, Server
+from ..channel._server import DEFAULT_PARK_TTL, EnvServer
 from ..env._environment import Environment
-from ._base import Endpoint, Provider
+from ._base import Endpoint, Runtime
 
 if TYPE_CHECKING:
     from ..records._task import Task
@@ -26,7 +26,7 @@ EnvSource: TypeAlias = Environment | str | Path | Callable[[], Any]
 """An environment object, a path to Python source, or a factory returning one."""
 
 
-class LocalRuntime(Provider):
+class LocalRuntime(Runtime):
     """Serve in this process: no socket unless something outside asks for an address.
 
     The environment starts (initialize hooks) when the first overlapping rollout
@@ -45,7 +45,7 @@ class LocalRuntime(Provider):
         self.env_name = env_name
         self._park_ttl = park_ttl
         self._env: Environment | None = None
-        self._server: Server | None = None
+        self._server: EnvServer | None = None
         self._token: str | None = None
         self._users = 0
         self._lock: asyncio.Lock | None = None
@@ -72,7 +72,7 @@ class LocalRuntime(Provider):
     async def __aexit__(self, *exc: object) -> None:
         await self._release()
 
-    async def _acquire(self, env_name: str | None) -> Server:
+    async def _acquire(self, env_name: str | None) -> EnvServer:
         if self._users and self._server is not None:
             self._check(self._server.env, env_name)
             self._users += 1
@@ -88,7 +88,7 @@ class LocalRuntime(Provider):
                     raise RuntimeLaunchError(f"{env.name}: initialize failed: {exc!r}") from exc
                 self._token = secrets.token_urlsafe(32)
                 park_ttl = self._park_ttl or DEFAULT_PARK_TTL
-                self._server = Server(env, park_ttl=park_ttl, token=self._token)
+                self._server = EnvServer(env, park_ttl=park_ttl, token=self._token)
             self._check(self._server.env, env_name)
             self._users += 1
             return self._server

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError
-from ._base import Endpoint, Provider
+from ._base import Endpoint, Runtime
 from ._process import check_teardown
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
-    from ..channel._server import Server
+    from ..channel._server import EnvServer
     from ..records._task import Task
 
 __all__ = ["RayRuntime", "connect_ray", "placement"]
@@ -37,7 +37,7 @@ _CONNECT_LOCK = threading.Lock()  # ray.init is per process; two loops may race 
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?", re.IGNORECASE)
 
 
-class RayRuntime(Provider):
+class RayRuntime(Runtime):
     """Serve each rollout's environment in its own Ray actor, placed across a cluster.
 
     The actor loads `source`, runs the initialize hooks, binds a port on its node's
@@ -143,20 +143,20 @@ class _EnvActor:
     """One environment, served in its own Ray worker process (an async actor)."""
 
     def __init__(self) -> None:
-        self._server: Server | None = None
+        self._server: EnvServer | None = None
 
     async def serve(self, source: str, env_name: str) -> tuple[str, str | None]:
         """Load and start the environment, bind on this node; return (url, token)."""
         import ray
 
         from .._loader import find_environment
-        from ..channel._server import Server
+        from ..channel._server import EnvServer
 
         env = find_environment(source, env_name)
         await env.start()
         host: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         token = secrets.token_urlsafe(32)
-        server = Server(env, token=token)
+        server = EnvServer(env, token=token)
         self._server = server
         _, port = await server.listen(host, 0)
         return f"tcp://{f'[{host}]' if ':' in host else host}:{port}", token

@@ -86,7 +86,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._base import Endpoint, Provider
+from ._base import Endpoint, Runtime
 from ._process import check_teardown
 from ._sandbox_host import (
     _ENTRY,
@@ -115,7 +115,7 @@ DEFAULT_LIMITS: Mapping[str, Any] = {
 }
 
 
-class SandboxRuntime(Provider):
+class SandboxRuntime(Runtime):
     """Serve each rollout's environment inside a bubblewrap sandbox (see the module doc).
 
     Args:

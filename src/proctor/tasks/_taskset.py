@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from ..engine._job import Job
     from ..engine._ray_executor import RayExecutor
     from ..engine._timeouts import Timeouts
-    from ..proxy import InterceptionProxy, Limits
-    from ..runtimes._base import ProviderLike
+    from ..proxy import InterceptionProxy, ModelLimits
+    from ..runtimes._base import RuntimeLike
 
 __all__ = ["Taskset"]
 
@@ -192,13 +192,13 @@ class Taskset:
         self,
         agent: Agent,
         *,
-        runtime: ProviderLike | None = None,
+        runtime: RuntimeLike | None = None,
         group: int = 1,
         max_concurrent: int | None = None,
         job: Job | None = None,
         rollout_timeout: Timeouts | float | None = None,
         proxy: InterceptionProxy | None = None,
-        limits: Limits | None = None,
+        limits: ModelLimits | None = None,
         executor: Literal["local", "ray"] | RayExecutor = "local",
     ) -> Job:
         """Run every row with `agent` and collect the results.

@@ -4,20 +4,24 @@
 reachable, graded, and torn down on success, error, timeout and cancellation);
 `check_env_server(url)` holds any server to control channel v1. Both drive
 `conformance_env`, an environment shipped here for the purpose. `memory_pair`
-connects two asyncio protocols without a socket. `FakeModelServer` speaks the OpenAI
+connects two asyncio protocols without a socket; `FakeClock` makes
+retry waits instant. `FakeModelServer` speaks the OpenAI
 and Anthropic wire formats from scripted `Reply`s and injects `Fault`s on command.
 """
 
+from .._public import publish
 from ..channel._memory import memory_pair
 from . import conformance_env
 from ._check_runtime import RUNTIME_CHECKS, RuntimeReport, check_runtime
 from ._check_server import check_env_server
+from ._clock import FakeClock
 from ._fake_model import FakeModelServer
 from ._fake_model_reply import FakeToolCall, Fault, Reply
 from ._fake_model_request import FakeRequest
 
 __all__ = [
     "RUNTIME_CHECKS",
+    "FakeClock",
     "FakeModelServer",
     "FakeRequest",
     "FakeToolCall",
@@ -29,3 +33,5 @@ __all__ = [
     "conformance_env",
     "memory_pair",
 ]
+
+publish(globals(), __all__, __name__)

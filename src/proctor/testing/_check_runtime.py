@@ -21,13 +21,13 @@ from ..channel._client import connect, dialer_for
 from ..engine._rollout import rollout
 from ..engine._timeouts import Timeouts
 from ..records._task import Task
-from ..runtimes._base import Endpoint, Runtime
+from ..runtimes._base import Endpoint, UrlRuntime
 from .conformance_env import process_identity, starttime
 
 if TYPE_CHECKING:
     from ..agents._agent import Agent
     from ..agents._run import Run
-    from ..runtimes._base import ProviderLike
+    from ..runtimes._base import RuntimeLike
 
 __all__ = ["RUNTIME_CHECKS", "RuntimeReport", "check_runtime"]
 
@@ -59,7 +59,7 @@ class RuntimeReport:
 
 
 async def check_runtime(
-    provider: ProviderLike,
+    provider: RuntimeLike,
     task: Task,
     *,
     agent: Agent | None = None,
@@ -88,7 +88,7 @@ async def check_runtime(
         task: a row of the conformance environment.
         agent: solves the echo rows of graded rollouts (default: echo the prompt).
         shared: the endpoint outlives each rollout, as a server run elsewhere does;
-            default: True for `Runtime(url)`.
+            default: True for `UrlRuntime(url)`.
         timeout: seconds each scenario may take, teardown included.
 
     Returns:
@@ -108,7 +108,7 @@ async def check_runtime(
 class _Probe:
     """Wraps the provider: records each endpoint it yields and when it is entered."""
 
-    def __init__(self, inner: ProviderLike) -> None:
+    def __init__(self, inner: RuntimeLike) -> None:
         self.inner = inner
         self.endpoints: list[Endpoint] = []
         self.urls: list[str] = []  # loopback listeners opened with tcp_url()
@@ -128,7 +128,7 @@ class _Probe:
 class _Checker:
     def __init__(
         self,
-        provider: ProviderLike,
+        provider: RuntimeLike,
         task: Task,
         agent: Agent | None,
         shared: bool | None,
@@ -137,7 +137,7 @@ class _Checker:
         self.provider = provider
         self.base = task
         self.agent: Agent = agent if agent is not None else _Echo()
-        self.shared = isinstance(provider, Runtime) if shared is None else shared
+        self.shared = isinstance(provider, UrlRuntime) if shared is None else shared
         self.timeout = timeout
         self.limits = Timeouts(connect=timeout / 2, teardown=timeout / 2)
         self.root = Path(tempfile.mkdtemp(prefix="proctor-check-"))
