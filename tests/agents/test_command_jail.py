@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from proctor import Environment, rollout
+from proctor._tempdirs import owner
 from proctor._uids import HOST_UIDS
 from proctor.agents import CommandAgent
 from proctor.proxy import InterceptionProxy, Upstream
@@ -154,8 +155,8 @@ async def test_a_working_directory_the_jail_should_not_show_fails_the_run(tmp_pa
 async def test_folders_of_a_killed_driver_are_removed_by_the_next_start() -> None:
     dead = await asyncio.create_subprocess_exec("true")
     await dead.wait()
-    stale = Path(tempfile.gettempdir(), f"proctor-jail-{dead.pid}-stale")
-    live = Path(tempfile.gettempdir(), f"proctor-jail-{os.getpid()}-live")
+    stale = Path(tempfile.gettempdir(), f"proctor-jail-{dead.pid}-123-stale")
+    live = Path(tempfile.gettempdir(), f"proctor-jail-{owner(os.getpid())}-live")
     try:
         for folder in (stale, live):
             (folder / "s").mkdir(parents=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -119,3 +120,28 @@ def test_console_script_and_version() -> None:
     assert script.exists(), "the editable install should provide the proctor script"
     result = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
     assert result.stdout == f"proctor {__version__}\n"
+
+
+def test_a_tokenless_server_with_capabilities_warns_and_a_tokened_one_does_not() -> None:
+    # Review of issue 8: any local user could reach a tokenless loopback server's shell.
+    source = REPO / "examples" / "shellfix" / "env.py"
+    server = serve(source)
+    code, err = server.stop()
+    assert code == 0, err
+    assert "warning: serving without a token" in err and "shell" in err
+    assert "--token-env" in err
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proctor.cli", "serve", str(source), "--token-env", "SERVE_TOKEN"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "SERVE_TOKEN": "t0ken-for-this-test"},
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("PROCTOR_SERVE_PORT=")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=15)
+    assert "warning" not in err and "t0ken-for-this-test" not in err

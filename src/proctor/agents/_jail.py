@@ -40,12 +40,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import RolloutError
+from .._tempdirs import owned_tempdir
 from .._uids import fresh_uid
 from .._urls import host_port, unix_path, with_unix_path
 
@@ -379,29 +379,9 @@ def _under(path: str, roots: Iterable[str]) -> bool:
 
 
 def private_folder(kind: str) -> str:
-    """A fresh 0700 temp folder `proctor-<kind>-<pid>-*`; first removes those of this
-    kind that a dead process of this uid left behind (a driver killed with -9)."""
-    prefix = f"proctor-{kind}-"
-    with os.scandir(tempfile.gettempdir()) as entries:
-        for entry in entries:
-            pid = entry.name.removeprefix(prefix).partition("-")[0]
-            if entry.name.startswith(prefix) and pid.isdigit() and _gone(int(pid), entry):
-                shutil.rmtree(entry.path, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
-
-
-def _gone(pid: int, entry: os.DirEntry[str]) -> bool:
-    try:
-        if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or not entry.is_dir(
-            follow_symlinks=False
-        ):
-            return False
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
+    """A fresh 0700 temp folder `proctor-<kind>-<pid>-<start>-*`; first removes those of
+    this kind that a dead process of this uid left behind (a driver killed with -9)."""
+    return owned_tempdir(kind)
 
 
 def _memfd(name: str, data: bytes) -> int:

@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from .._errors import (
     RemoteError,
     TaskCancelled,
 )
+from .._tempdirs import owned_tempdir
 from .._urls import unix_path, with_unix_path
 from ..env._types import Capability
 from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
@@ -277,7 +277,7 @@ class EnvClient:
     def _unix_listener(self) -> socket.socket:
         """A listening Unix socket in this client's private directory, made on first use."""
         if self._socket_dir is None:
-            self._socket_dir = tempfile.mkdtemp(prefix="proctor-fwd-")
+            self._socket_dir = owned_tempdir("fwd")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(os.path.join(self._socket_dir, f"{len(self._forwarders)}.sock"))

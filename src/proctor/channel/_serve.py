@@ -76,6 +76,8 @@ async def serve(
         else:
             _, bound = await server.listen(host, port)
             announce(bound)
+            if token is None and env.capabilities:
+                _warn_open(env)
         await stop.wait()
     finally:
         try:
@@ -143,6 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         unix=args.unix,
         legacy_resume=args.legacy_resume,
     )
+
+
+def _warn_open(env: Environment) -> None:
+    names = ", ".join(c.name for c in env.capabilities)
+    sys.stderr.write(
+        f"warning: serving without a token: any local user can connect and use {names} "
+        "through tunnel.open (pass --token-env VAR to require a token)\n"
+    )
+    sys.stderr.flush()
 
 
 def run_server(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import tempfile
 from typing import Any
 
+from .._tempdirs import owned_tempdir
 from .._urls import http_unix_url
 
 __all__ = ["McpHttpServer"]
@@ -70,7 +70,7 @@ class McpHttpServer:
         self._uvicorn = uvicorn.Server(config)
         # What `Server.serve()` does before `startup()`, minus its signal capture.
         self._uvicorn.lifespan = config.lifespan_class(config)
-        directory = tempfile.mkdtemp(prefix="proctor-mcp-")
+        directory = owned_tempdir("mcp")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(os.path.join(directory, "mcp.sock"))

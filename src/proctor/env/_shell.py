@@ -47,7 +47,6 @@ import math
 import os
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -58,6 +57,7 @@ import orjson
 
 from .._environ import allowed_environ
 from .._errors import ConnectionLost, ProtocolError, RemoteError
+from .._tempdirs import owned_tempdir
 from .._urls import host_port, unix_path
 
 __all__ = ["ShellClient", "ShellResult", "ShellServer"]
@@ -180,7 +180,7 @@ class ShellServer:
         Raises:
             OSError: the directory or the socket could not be made.
         """
-        self._dir = tempfile.mkdtemp(prefix="proctor-shell-")
+        self._dir = owned_tempdir("shell")
         try:
             self._server = await asyncio.start_unix_server(
                 self._connection, os.path.join(self._dir, "shell.sock"), limit=MAX_LINE
