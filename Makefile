@@ -36,10 +36,21 @@ demo: $(STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
 	$(BIN)/proctor run examples/shellfix/tasks.py
 
+# Tests are type-checked too, with annotations optional (the bodies are still checked),
+# folder by folder: pytest imports each folder's helpers as top-level modules, and every
+# folder has its own conftest.
+TEST_MYPY := $(BIN)/mypy --cache-dir .mypy_cache/tests --allow-untyped-defs \
+	--allow-incomplete-defs --check-untyped-defs --allow-untyped-calls \
+	--allow-untyped-decorators --allow-subclassing-any --no-warn-return-any \
+	--follow-imports=silent
+TEST_DIRS := $(filter-out tests/_support/,$(wildcard tests/*/))
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy
+	MYPYPATH=src:tests $(TEST_MYPY) tests/*.py tests/_support
+	for d in $(TEST_DIRS); do MYPYPATH=src:tests:$$d $(TEST_MYPY) $$d || exit 1; done
 
 test: $(STAMP) peers sysdeps lint
 	PROCTOR_PEERS_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q

@@ -37,7 +37,7 @@ async def start_echo() -> None:
 
 
 @env.template
-async def say(word: str):  # type: ignore[no-untyped-def]
+async def say(word: str):
     answer = yield f"say {word}"
     yield 1.0 if word in str(answer) else 0.0
 

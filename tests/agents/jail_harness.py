@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import urllib.request
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 
@@ -43,7 +44,7 @@ def talk(url: str, data: bytes) -> str:
 
 
 pids = [p for p in os.listdir("/proc") if p.isdigit()]
-seen = {
+seen: dict[str, Any] = {
     "uid": os.getuid(),
     "env": dict(os.environ),
     "procs": {p: {f: read(f"/proc/{p}/{f}") for f in ("environ", "cmdline")} for p in pids},
@@ -55,9 +56,9 @@ seen = {
 }
 for name, cap in json.loads(os.environ["PROCTOR_CAPABILITIES"]).items():
     if cap["protocol"] == "shell":
-        request = {"id": 1, "command": "echo shell-says-hi"}
+        command = {"id": 1, "command": "echo shell-says-hi"}
         seen["capabilities"][name] = json.loads(
-            talk(cap["url"], json.dumps(request).encode() + b"\n")
+            talk(cap["url"], json.dumps(command).encode() + b"\n")
         )
     else:
         seen["capabilities"][name] = talk(cap["url"], b"ping\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from plan_helpers import config, write_json
@@ -12,6 +13,7 @@ from plan_helpers import config, write_json
 from proctor.batch._config import (
     BatchConfig,
     BatchConfigError,
+    ConfigProblem,
     RayExecutorConfig,
     SandboxRuntimeConfig,
     build_runtime,
@@ -58,7 +60,9 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 def problems(path: Path) -> list[tuple[int | None, str, str]]:
     with pytest.raises(BatchConfigError) as caught:
         load_config(path)
-    return [(p.line, p.path, p.message) for p in caught.value.problems]
+    found = [p for p in caught.value.problems if isinstance(p, ConfigProblem)]
+    assert len(found) == len(caught.value.problems)
+    return [(p.line, p.path, p.message) for p in found]
 
 
 def test_a_toml_config_loads_with_every_section(tmp_path: Path) -> None:
@@ -145,6 +149,7 @@ def test_a_missing_field_points_at_its_enclosing_object(tmp_path: Path) -> None:
     found = problems(write_json(tmp_path, data))
     assert (1, "expected_rollouts", "Field required") in found
     line = next(line for line, path, _ in found if path == "agents[0].model")
+    assert line is not None
     assert '"kind": "tool"' in (tmp_path / "batch.json").read_text().splitlines()[line]
 
 
@@ -196,7 +201,7 @@ def test_secrets_cannot_be_written_into_a_config(tmp_path: Path) -> None:
 
 
 def test_executor_ray_shorthand_and_every_runtime_kind(tmp_path: Path) -> None:
-    runtimes = [
+    runtimes: list[dict[str, Any]] = [
         {"kind": "local"},
         {"kind": "subprocess", "warm": 2},
         {"kind": "sandbox", "network": "host", "warm": True},
@@ -227,13 +232,13 @@ def test_the_schema_forbids_unknown_fields_everywhere() -> None:
 
 def test_timeouts_and_limits_become_the_engine_and_proxy_values() -> None:
     from proctor.engine import Timeouts
-    from proctor.proxy import ModelLimits
+    from proctor.proxy import Limits
 
     cfg = BatchConfig.model_validate(
         config(timeouts={"rollout": 60, "agent": 50}, limits={"max_turns": 4, "max_cost": 0.2})
     )
     assert cfg.timeouts.to_timeouts() == Timeouts(rollout=60, agent=50)
-    assert cfg.limits.to_limits() == ModelLimits(max_turns=4, max_cost=0.2)
+    assert cfg.limits.to_limits() == Limits(max_turns=4, max_cost=0.2)
 
 
 def test_the_digest_is_stable_and_follows_the_content(tmp_path: Path) -> None:
@@ -255,16 +260,17 @@ def test_every_runtime_kind_builds_its_provider(
         "sandbox": runtimes.SandboxRuntime,
         "container": runtimes.ContainerRuntime,
         "ray": runtimes.RayRuntime,
-        "url": runtimes.UrlRuntime,
+        "url": runtimes.Runtime,
     }
-    for runtime in [
+    rows: list[dict[str, Any]] = [
         {"kind": "local"},
         {"kind": "subprocess", "warm": 2},
         {"kind": "sandbox", "binds": ["data"], "limits": {"memory": "1G"}},
         {"kind": "container", "image": "img", "source": "/src/env.py"},
         {"kind": "ray", "address": "ray://h:10001"},
         {"kind": "url", "url": "tcp://127.0.0.1:9", "token_env": "ENV_TOKEN"},
-    ]:
+    ]
+    for runtime in rows:
         cfg = load_config(write_json(tmp_path, config(runtime=runtime)))
         provider = build_runtime(cfg, batch="b1")
         assert type(provider) is expected[runtime["kind"]], runtime

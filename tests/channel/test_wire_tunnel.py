@@ -8,13 +8,12 @@ import hmac
 import os
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from wire_helpers import TIMEOUT, Raw, build_env, error, result, until
 
-from proctor.channel import EnvServer
-from proctor.channel import _server as server_module
+from proctor.channel import Server
 from proctor.env import Capability
 
 OPEN_ECHO = b'{"jsonrpc":"2.0","id":1,"method":"tunnel.open","params":{"capability":"echo"}}\n'
@@ -108,8 +107,8 @@ async def test_a_client_leaving_closes_the_daemon_side(raw, server) -> None:
 
 
 @pytest.fixture
-async def guarded(env) -> asyncio.AsyncIterator[tuple[str, int]]:
-    srv = EnvServer(env, token="s3cret-☃")
+async def guarded(env) -> AsyncIterator[tuple[str, int]]:
+    srv = Server(env, token="s3cret-☃")
     yield await srv.listen("127.0.0.1", 0)
     await srv.aclose()
 
@@ -119,7 +118,7 @@ async def open_raw(addr: tuple[str, int]) -> Raw:
 
 
 async def test_listen_beyond_loopback_needs_a_token(env) -> None:
-    srv = EnvServer(env)
+    srv = Server(env)
     for host in ("0.0.0.0", "", "::", "10.1.2.3", "127.attacker.example", "127.0.0.1.nip.io"):
         with pytest.raises(ValueError, match="requires a token"):
             await srv.listen(host)
@@ -134,7 +133,7 @@ async def test_a_token_server_accepts_hello_with_the_token(guarded, monkeypatch)
         compared.append(a)
         return compare(a, b)
 
-    monkeypatch.setattr(server_module.hmac, "compare_digest", spy)
+    monkeypatch.setattr(hmac, "compare_digest", spy)
     conn = await open_raw(guarded)
     hello = await conn.result("hello", {"token": "s3cret-☃"})
     assert hello["env"]["name"] == "wire-test"
@@ -211,7 +210,7 @@ def blackhole() -> Iterator[str]:
 
 
 async def test_a_client_leaving_stops_the_dial(probe, blackhole) -> None:
-    server = EnvServer(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
+    server = Server(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
     try:
         conn = await open_raw(await server.tcp_address())
         await conn.send(OPEN_ECHO.replace(b'"echo"', b'"stuck"'))
@@ -226,7 +225,7 @@ async def test_a_client_leaving_stops_the_dial(probe, blackhole) -> None:
 
 
 async def test_aclose_does_not_wait_for_a_hanging_dial(probe, blackhole) -> None:
-    server = EnvServer(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
+    server = Server(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
     conn = await open_raw(await server.tcp_address())
     await conn.send(OPEN_ECHO.replace(b'"echo"', b'"stuck"'))
     await until(lambda: bool(server._background))

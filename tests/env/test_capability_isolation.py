@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from mcp.server.mcpserver import MCPServer
 
-from proctor.channel import EnvClient, EnvServer, connect
+from proctor.channel import Client, Server, connect
 from proctor.env import Capability, Environment, ShellClient
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid nobody needs root")
@@ -76,8 +76,8 @@ async def probe(targets: list[tuple[str, str]], *, uid: int | None) -> list[dict
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
-            results = [attempt(url, payload) for url, payload in targets]
-            os.write(write_end, json.dumps(results).encode())
+            answers = [attempt(url, payload) for url, payload in targets]
+            os.write(write_end, json.dumps(answers).encode())
             code = 0
         except BaseException:
             os.write(write_end, traceback.format_exc().encode())
@@ -125,12 +125,12 @@ def build_env(echo_port: int) -> Environment:
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[Environment, EnvClient]]:
+async def served() -> AsyncIterator[tuple[Environment, Client]]:
     """An environment with a shell, an MCP server and a TCP echo, behind a token, and a
     client connected to it."""
     echo = await asyncio.start_server(_echo, "127.0.0.1", 0)
     env = build_env(echo.sockets[0].getsockname()[1])
-    server = EnvServer(env, token=TOKEN)
+    server = Server(env, token=TOKEN)
     await env.start()
     try:
         host, port = await server.listen()
@@ -144,7 +144,7 @@ async def served() -> AsyncIterator[tuple[Environment, EnvClient]]:
 
 
 async def test_another_uid_reaches_no_capability_server_directly(
-    served: tuple[Environment, EnvClient],
+    served: tuple[Environment, Client],
 ) -> None:
     env, _ = served
     targets = [
@@ -159,7 +159,7 @@ async def test_another_uid_reaches_no_capability_server_directly(
 
 
 async def test_another_uid_gets_nothing_through_the_forwarders(
-    served: tuple[Environment, EnvClient],
+    served: tuple[Environment, Client],
 ) -> None:
     _, client = served
     targets = [
@@ -181,7 +181,7 @@ async def test_another_uid_gets_nothing_through_the_forwarders(
 
 
 async def test_forwarder_sockets_live_in_a_private_dir_removed_at_close(
-    served: tuple[Environment, EnvClient],
+    served: tuple[Environment, Client],
 ) -> None:
     env, client = served
     shell = client.binding("shell")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import pytest
@@ -12,6 +13,7 @@ from proctor._errors import ModelError, ModelRequestError, PayloadTooLarge, Retr
 from proctor.models import (
     CHECKPOINT,
     ContextPolicy,
+    FakeClock,
     ModelClient,
     ProviderAdapter,
     RetryPolicy,
@@ -19,7 +21,7 @@ from proctor.models import (
     cost,
     model_client,
 )
-from proctor.testing import FakeClock, FakeModelServer, FakeToolCall, Fault, Reply
+from proctor.testing import FakeModelServer, FakeToolCall, Fault, Reply
 
 APIS = ["chat", "responses", "messages"]
 SHELL = ToolSpec(
@@ -27,7 +29,10 @@ SHELL = ToolSpec(
     "Run a command.",
     {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
 )
-TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "List files."}]
+TASK: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "List files."},
+]
 EXACT = RetryPolicy(jitter=0.0)
 
 Replies = list[Reply | str]
@@ -174,7 +179,7 @@ async def test_openai_chat_sends_prompt_cache_key_and_prices_the_answer(
 
 
 async def test_anthropic_breakpoints_mark_the_stable_prefix(fake: FakeModelServer) -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         *TASK,
         {
             "role": "assistant",
@@ -213,7 +218,7 @@ async def test_anthropic_breakpoints_mark_the_stable_prefix(fake: FakeModelServe
 
 async def test_anthropic_thinking_blocks_go_back_verbatim(fake: FakeModelServer) -> None:
     thinking = {"type": "thinking", "thinking": "plan", "signature": "sig"}
-    history = [
+    history: list[dict[str, Any]] = [
         *TASK,
         {
             "role": "assistant",

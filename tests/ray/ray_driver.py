@@ -157,7 +157,7 @@ async def token_required(ctx: Context) -> dict[str, Any]:
         "import ray._raylet as r; "
         f"r.GcsClient(address={ctx.cluster.address!r}).internal_kv_get(b'k', b'', timeout=10)"
     )
-    out = {"mode": os.environ.get("RAY_AUTH_MODE")}
+    out: dict[str, Any] = {"mode": os.environ.get("RAY_AUTH_MODE")}
     for name, token in (("right", os.environ["RAY_AUTH_TOKEN"]), ("wrong", "0" * 64)):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", code, env={**os.environ, "RAY_AUTH_TOKEN": token},
@@ -358,10 +358,17 @@ async def _before(waiting: Awaitable[Any], job: asyncio.Task[Any]) -> Any:
     await asyncio.wait([wait, job], timeout=60, return_when=asyncio.FIRST_COMPLETED)
     if not wait.done():
         wait.cancel()
-        ended = job.result() if job.done() else "still running after 60 s"
-        errors = {r.error.message for r in ended.runs if r.error} if job.done() else ""
+        if not job.done():
+            raise AssertionError("the job did not get there: still running after 60 s")
+        ended = job.result()
+        errors = {r.error.message for r in ended.runs if r.error}
         raise AssertionError(f"the job did not get there: {ended!r} {errors}")
     return wait.result()
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _exited(pids: list[int], limit: float = 10.0) -> None:
@@ -374,7 +381,7 @@ async def _exited(pids: list[int], limit: float = 10.0) -> None:
         except ProcessLookupError:
             continue
         gone: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, lambda f=gone: f.done() or f.set_result(None))
+        loop.add_reader(fd, _settle, gone)
         watched.append((fd, gone))
     try:
         if watched:

@@ -156,6 +156,6 @@ async def test_phases_are_reported_once_they_last() -> None:
     for phase in ("provisioning", "connecting", "starting", "agent"):
         phases.put_nowait(phase)
     assert await anext(reported) == "agent"  # the rest were over within 50 ms
-    for phase in ("grading", "teardown", None):
-        phases.put_nowait(phase)
+    for later in ("grading", "teardown", None):
+        phases.put_nowait(later)
     assert [p async for p in reported] == []

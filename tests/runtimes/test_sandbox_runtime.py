@@ -21,7 +21,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 SOURCE = Path(__file__).with_name("sandbox_env.py")
+Network = Literal["none", "host"]
 MODES = [
     pytest.param(False, "none", id="cold-none"),
     pytest.param(True, "none", id="warm-none"),
@@ -142,7 +143,7 @@ def listener() -> Iterator[socket.socket]:
 
 
 @pytest.mark.parametrize(("warm", "network"), MODES)
-async def test_passes_the_conformance_suite(warm: bool, network: str) -> None:
+async def test_passes_the_conformance_suite(warm: bool, network: Network) -> None:
     runtime = SandboxRuntime(conformance_env.SOURCE, warm=warm, network=network)
     async with runtime:
         report = await check_runtime(runtime, conformance_env.env.tasks["echo"](text="hi"))
@@ -155,7 +156,7 @@ async def test_passes_the_conformance_suite(warm: bool, network: str) -> None:
 @pytest.mark.parametrize(("warm", "network"), MODES)
 async def test_the_sandbox_confines_files_users_network_and_environment(
     warm: bool,
-    network: str,
+    network: Network,
     secret_in_home: Path,
     listener: socket.socket,
     monkeypatch: pytest.MonkeyPatch,
@@ -461,7 +462,9 @@ async def test_a_tasks_bad_limits_fail_its_provisioning() -> None:
 
 
 @pytest.mark.parametrize("network", ["none", "host"])
-async def test_the_shell_capability_runs_inside_the_sandbox(network: str) -> None:
+async def test_the_shell_capability_runs_inside_the_sandbox(
+    network: Network,
+) -> None:
     async def agent(run: Run) -> None:
         shell = ShellClient(run.binding("shell").url)
         result = await shell.run("id -u; pwd; echo hi > f && cat f; touch /usr/x 2>&1 || true")

@@ -68,8 +68,13 @@ async def exit_of(pid: int) -> None:
     except ProcessLookupError:
         return
     loop = asyncio.get_running_loop()
-    gone = loop.create_future()
-    loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
         await asyncio.wait_for(gone, 10)
     finally:
