@@ -345,18 +345,24 @@ async def slow(rng: random.Random, addr: tuple[str, int], tally: Tally) -> None:
     tally.frames["slow"] += 1
     frame = line({"method": "hello", "id": 1}) if rng.random() < 0.5 else line(valid(rng, 1))
     reader, writer = await asyncio.open_connection(*addr)
+    # Read while trickling: a refusal arrives mid-frame, and a write after the server's
+    # linger ends resets the connection, dropping a reply read only afterwards.
+    reading = asyncio.ensure_future(reader.readline())
     try:
         with contextlib.suppress(ConnectionError):
             for byte in frame:
+                if reading.done():
+                    break
                 writer.write(bytes([byte]))
                 await writer.drain()
                 await asyncio.sleep(0.02)
         async with asyncio.timeout(HANDSHAKE + 10):
-            reply = await reader.readline()
+            reply = await reading
     except (TimeoutError, ConnectionError) as exc:
         tally.problem(f"slow: {type(exc).__name__}")
         return
     finally:
+        reading.cancel()
         writer.close()
     check(reply, [1, None], tally, "slow")
 
