@@ -6,9 +6,13 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ._batch import add_batch_parser
 from ._common import CLIError, Terminated
+
+if TYPE_CHECKING:
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = ["build_parser", "main"]
 
@@ -144,7 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"proctor {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", required=True)
 
-    # serve ---------------------------------------------------------------------------
+    _add_serve(commands)
+    _add_task(commands)
+    _add_run(commands)
+    add_batch_parser(commands)
+    return parser
+
+
+def _add_serve(commands: _Commands) -> None:
+    """`proctor serve`."""
     serve = commands.add_parser(
         "serve",
         help="serve an environment on one TCP port",
@@ -188,15 +200,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler=_lazy("._serve", "cmd_serve"))
 
-    # task ----------------------------------------------------------------------------
+
+def _add_task(commands: _Commands) -> None:
+    """`proctor task` and its commands."""
     task = commands.add_parser(
         "task",
         help="list, start and grade single tasks",
         description="Drive one task by hand: start it in one process, grade it in another.",
     )
     task_commands = task.add_subparsers(title="task commands", dest="task_command", required=True)
+    _add_task_list(task_commands)
+    _add_task_start(task_commands)
+    _add_task_grade(task_commands)
 
-    tlist = task_commands.add_parser(
+
+def _add_task_list(commands: _Commands) -> None:
+    """`proctor task list`."""
+    tlist = commands.add_parser(
         "list",
         help="list an environment's task templates",
         description="Print each template's id, description and arguments.",
@@ -209,7 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(tlist)
     tlist.set_defaults(handler=_lazy("._task", "cmd_list"))
 
-    tstart = task_commands.add_parser(
+
+def _add_task_start(commands: _Commands) -> None:
+    """`proctor task start`."""
+    tstart = commands.add_parser(
         "start",
         help="start a task, print its prompt and leave it parked on the server",
         description="Start a task and print its prompt. The connection then closes "
@@ -226,7 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(tstart)
     tstart.set_defaults(handler=_lazy("._task", "cmd_start"))
 
-    tgrade = task_commands.add_parser(
+
+def _add_task_grade(commands: _Commands) -> None:
+    """`proctor task grade`."""
+    tgrade = commands.add_parser(
         "grade",
         help="grade the parked task with an answer",
         description="Send an answer for a task parked by 'proctor task start' and "
@@ -251,7 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(tgrade)
     tgrade.set_defaults(handler=_lazy("._task", "cmd_grade"))
 
-    # run -----------------------------------------------------------------------------
+
+def _add_run(commands: _Commands) -> None:
+    """`proctor run`."""
     run = commands.add_parser(
         "run",
         help="run a taskset with an agent and summarize the rewards",
@@ -305,6 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", metavar="FILE", help="write one JSON line per run to FILE (must be new)"
     )
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed")
+    _add_model_options(run)
+    _add_connect(run)
+    _add_json(run)
+    run.set_defaults(handler=_lazy("._run", "cmd_run"))
+
+
+def _add_model_options(run: argparse.ArgumentParser) -> None:
+    """`proctor run`'s models group: --model, --harness and the budgets."""
     models = run.add_argument_group(
         "models",
         "Run a model instead of a Python agent. Keys come from the provider's usual "
@@ -347,9 +383,3 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument(
         "--max-cost", type=_positive_float, metavar="USD", help="model cost per rollout"
     )
-    _add_connect(run)
-    _add_json(run)
-    run.set_defaults(handler=_lazy("._run", "cmd_run"))
-
-    add_batch_parser(commands)
-    return parser

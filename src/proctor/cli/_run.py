@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -26,15 +27,72 @@ __all__ = ["cmd_run"]
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run every row `--group` times; exit 1 with `--strict` if any run failed."""
-    from .._loader import load_agent
+    plan = _plan(args)
+    job, wall = _execute(plan)
+    return _report(args, job, wall)
+
+
+# -- plan -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Everything `proctor run` decided before anything starts."""
+
+    taskset: Taskset
+    agent: Any
+    proxy: InterceptionProxy | None
+    runtime: str
+    served: Environment | None  # the environment a local runtime serves
+    env_source: str
+    env_name: str | None
+    group: int
+    max_concurrent: int | None
+    rollout_timeout: float | None
+    ready_timeout: float
+    token: str | None
+    output: str | None
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    """Check the options and load the taskset and agent, cheap checks first (a typo
+    should not wait for the taskset to import)."""
     from ..tasks import Taskset
 
-    # Cheap checks first: a typo should not wait for the taskset to import.
     source, env_name = split_source(args.source, args.env)
     runtime = _parse_runtime(args.runtime)
     env_source = args.env_source or source
-    remote = runtime.startswith(("tcp://", "unix://"))
-    if not remote and not _is_python(env_source):
+    _check_files(args, runtime, env_source)
+    taskset = Taskset.from_file(source)
+    if not len(taskset):
+        raise CLIError(f"{source}: the taskset has no rows")
+    row_envs = sorted({task.env for task in taskset})
+    if env_name is None and len(row_envs) == 1 and not _remote(runtime):
+        env_name = row_envs[0]  # picks the rows' environment when the source has several
+    served = _served(source, env_source, env_name, row_envs) if runtime == "local" else None
+    agent, proxy = _agent(args, source, env_source)
+    max_concurrent = args.max_concurrent
+    if max_concurrent is None and runtime in _CHILDREN:
+        max_concurrent = 2 * (os.cpu_count() or 1)
+    return _Plan(
+        taskset,
+        agent,
+        proxy,
+        runtime,
+        served,
+        env_source,
+        env_name,
+        group=args.group,
+        max_concurrent=max_concurrent,
+        rollout_timeout=args.timeout,
+        ready_timeout=args.ready_timeout,
+        token=read_token(args.token_env),
+        output=args.output,
+    )
+
+
+def _check_files(args: argparse.Namespace, runtime: str, env_source: str) -> None:
+    if not _remote(runtime) and not _is_python(env_source):
         raise CLIError(
             f"{env_source} is not a Python source, so it defines no environment; "
             "pass --env-source PATH.py (or --runtime tcp://HOST:PORT)"
@@ -43,67 +101,36 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CLIError(f"{env_source}: no such file")
     if args.output and os.path.lexists(args.output):
         raise CLIError(f"{args.output} already exists; --output writes a new file")
-    taskset = Taskset.from_file(source)
-    if not len(taskset):
-        raise CLIError(f"{source}: the taskset has no rows")
-    row_envs = sorted({task.env for task in taskset})
-    if env_name is None and len(row_envs) == 1 and not remote:
-        env_name = row_envs[0]  # picks the rows' environment when the source has several
-    served: Environment | None = None
-    if runtime == "local":
-        from ..runtimes import find_environment
 
-        served = find_environment(env_source, env_name)
-        others = [name for name in row_envs if name != served.name]
-        if others:
-            raise CLIError(
-                f"{source} has rows for environment {', '.join(map(repr, others))} but "
-                f"{env_source} serves {served.name!r}; pass --env-source"
-            )
-    if (args.harness_env or args.no_jail) and args.harness is None:
-        raise CLIError("--harness-env and --no-jail apply to --harness")
-    agent, proxy = _model_agent(args) if args.model or args.harness else (None, None)
-    if agent is None:
-        agent = load_agent(args.agent, source, env_source)
-    max_concurrent = args.max_concurrent
-    if max_concurrent is None and runtime in _CHILDREN:
-        max_concurrent = 2 * (os.cpu_count() or 1)
-    writer = _Writer(args.output) if args.output else None
-    try:
-        job, wall = run_async(
-            _execute(
-                taskset,
-                agent,
-                runtime=runtime,
-                served=served,
-                env_source=env_source,
-                env_name=env_name,
-                group=args.group,
-                max_concurrent=max_concurrent,
-                rollout_timeout=args.timeout,
-                ready_timeout=args.ready_timeout,
-                token=read_token(args.token_env),
-                writer=writer,
-                proxy=proxy,
-            ),
-            fast=True,
+
+def _served(source: str, env_source: str, env_name: str | None, row_envs: list[str]) -> Environment:
+    """The environment the local runtime serves; every row must be for it."""
+    from ..runtimes import find_environment
+
+    served = find_environment(env_source, env_name)
+    others = [name for name in row_envs if name != served.name]
+    if others:
+        raise CLIError(
+            f"{source} has rows for environment {', '.join(map(repr, others))} but "
+            f"{env_source} serves {served.name!r}; pass --env-source"
         )
-    except BaseException:
-        if writer is not None:
-            writer.close(keep_empty=False)  # a run that never started leaves no file
-        raise
-    if writer is not None:
-        writer.close()
-    summary = summarize(job, wall)
-    if args.json:
-        summary.update(agent=args.agent, runtime=args.runtime, output=args.output)
-        print_json(summary)
-    else:
-        print(render(summary))
-    return 1 if args.strict and job.stats.errors else 0
+    return served
 
 
 # -- agent ------------------------------------------------------------------------------
+
+
+def _agent(
+    args: argparse.Namespace, source: str, env_source: str
+) -> tuple[Any, InterceptionProxy | None]:
+    """The agent `--agent`, `--model` or `--harness` names, and the harness's proxy."""
+    from .._loader import load_agent
+
+    if (args.harness_env or args.no_jail) and args.harness is None:
+        raise CLIError("--harness-env and --no-jail apply to --harness")
+    if args.model or args.harness:
+        return _model_agent(args)
+    return load_agent(args.agent, source, env_source), None
 
 
 def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | None]:
@@ -152,6 +179,10 @@ def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | Non
     )
     agent = CommandAgent(argv, pass_env=args.harness_env, jail=not args.no_jail)
     return agent, InterceptionProxy(spec, limits=limits)
+
+
+def _remote(runtime: str) -> bool:
+    return runtime.startswith(("tcp://", "unix://"))
 
 
 def _is_python(source: str) -> bool:
@@ -217,27 +248,26 @@ async def _provider(
 # -- execution --------------------------------------------------------------------------
 
 
-async def _execute(
-    taskset: Taskset,
-    agent: Any,
-    *,
-    runtime: str,
-    served: Environment | None,
-    env_source: str,
-    env_name: str | None,
-    group: int,
-    max_concurrent: int | None,
-    rollout_timeout: float | None,
-    ready_timeout: float,
-    token: str | None,
-    writer: _Writer | None,
-    proxy: InterceptionProxy | None = None,
-) -> tuple[Job, float]:
+def _execute(plan: _Plan) -> tuple[Job, float]:
+    """Run the plan, writing each finished run to `--output` (a new file) if given."""
+    writer = _Writer(plan.output) if plan.output else None
+    try:
+        job, wall = run_async(_rollouts(plan, writer), fast=True)
+    except BaseException:
+        if writer is not None:
+            writer.close(keep_empty=False)  # a run that never started leaves no file
+        raise
+    if writer is not None:
+        writer.close()
+    return job, wall
+
+
+async def _rollouts(plan: _Plan, writer: _Writer | None) -> tuple[Job, float]:
     import asyncio
 
     from ..engine import run_taskset
 
-    progress = Progress(len(taskset) * group, sys.stderr)
+    progress = Progress(len(plan.taskset) * plan.group, sys.stderr)
 
     def on_run(run: Run) -> None:
         if writer is not None:
@@ -246,23 +276,30 @@ async def _execute(
 
     async with contextlib.AsyncExitStack() as stack:
         provider = await stack.enter_async_context(
-            _provider(runtime, served, env_source, env_name, ready_timeout, token)
+            _provider(
+                plan.runtime,
+                plan.served,
+                plan.env_source,
+                plan.env_name,
+                plan.ready_timeout,
+                plan.token,
+            )
         )
-        if proxy is not None:
-            await stack.enter_async_context(proxy)
+        if plan.proxy is not None:
+            await stack.enter_async_context(plan.proxy)
         ticker = asyncio.get_running_loop().create_task(progress.tick())
         t0 = time.perf_counter()
         try:
             job = await run_taskset(
-                taskset,
-                agent,
+                plan.taskset,
+                plan.agent,
                 runtime=provider,
-                group=group,
-                max_concurrent=max_concurrent,
-                rollout_timeout=rollout_timeout,
+                group=plan.group,
+                max_concurrent=plan.max_concurrent,
+                rollout_timeout=plan.rollout_timeout,
                 on_run=on_run,
-                name=taskset.name,
-                proxy=proxy,
+                name=plan.taskset.name,
+                proxy=plan.proxy,
             )
         finally:
             wall = time.perf_counter() - t0
@@ -388,6 +425,17 @@ def summarize(job: Job, wall: float) -> dict[str, Any]:
         "templates": templates,
         "first_errors": list(first_errors.values()),
     }
+
+
+def _report(args: argparse.Namespace, job: Job, wall: float) -> int:
+    """Print the summary (a table, or JSON with `--json`); the exit code."""
+    summary = summarize(job, wall)
+    if args.json:
+        summary.update(agent=args.agent, runtime=args.runtime, output=args.output)
+        print_json(summary)
+    else:
+        print(render(summary))
+    return 1 if args.strict and job.stats.errors else 0
 
 
 def _mean(value: float | None) -> str:
