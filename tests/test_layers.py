@@ -17,6 +17,7 @@ import proctor
 LAYERS = [
     "_public",
     "_errors",
+    "_usererror",
     "_urls",
     "_environ",
     "_uids",

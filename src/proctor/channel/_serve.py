@@ -17,7 +17,8 @@ import socket
 import sys
 from collections.abc import Callable
 
-from .._errors import ProctorError, TeardownError
+from .._errors import TeardownError
+from .._usererror import print_error, user_message
 from ..env._environment import Environment
 from ._server import DEFAULT_PARK_TTL, EnvServer
 
@@ -179,7 +180,7 @@ def run_server(
         # Removed once read: nothing the environment starts (its shell's commands) sees it.
         token = os.environ.pop(token_env, None)
         if not token:
-            print(f"error: environment variable {token_env} is empty or unset", file=sys.stderr)
+            print_error(f"environment variable {token_env} is empty or unset")
             return 1
     try:
         env = find_environment(source, env_name)
@@ -196,14 +197,11 @@ def run_server(
                 announce_unix=_announce_unix_json(env) if json_out else _announce_unix,
             )
         )
-    except ProctorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
+    except Exception as exc:
         where = f"unix://{unix}" if unix else f"{host}:{port}"
-        print(f"error: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        message = user_message(exc, os_context=f"cannot listen on {where}")
+        if message is None:
+            raise
+        print_error(message)
         return 1
     return 0

@@ -1,4 +1,4 @@
-"""Argument parsing, dispatch and the one place user errors become `error: ...` lines."""
+"""Argument parsing and dispatch; a user error becomes one `error: ...` line (`_usererror`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .._usererror import print_error, user_message
 from ._batch import add_batch_parser
-from ._common import CLIError, Terminated
+from ._common import Terminated
 
 if TYPE_CHECKING:
     _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -29,36 +30,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print_error("interrupted")
         return 130
     except Terminated:
-        print("error: terminated", file=sys.stderr)
+        print_error("terminated")
         return 143
     except BrokenPipeError:
         # `proctor ... | head`: the reader left; say nothing more.
         _silence_stdout()
         return 1
     except Exception as exc:
-        message = _user_error(exc)
+        message = user_message(exc)
         if message is None or os.environ.get("PROCTOR_DEBUG"):
             raise
-        print(f"error: {message}", file=sys.stderr)
+        print_error(message)
         return 1
-
-
-def _user_error(exc: Exception) -> str | None:
-    """The one-line message for a user's mistake, or None for a bug (traceback)."""
-    from .._errors import ProctorError, RemoteError
-
-    if isinstance(exc, RemoteError):
-        return exc.message
-    if isinstance(exc, CLIError | ProctorError | ValueError):
-        return str(exc) or type(exc).__name__
-    if isinstance(exc, OSError):
-        if exc.filename is not None and exc.strerror:
-            return f"{exc.filename}: {exc.strerror}"
-        return exc.strerror or str(exc) or type(exc).__name__
-    return None
 
 
 def _silence_stdout() -> None:
