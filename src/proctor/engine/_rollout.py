@@ -214,74 +214,109 @@ async def run_taskset(
         ValueError: a bad count or executor, or a `proxy` with `executor="ray"`.
         RuntimeLaunchError: `executor="ray"` could not reach Ray or start a shard.
     """
+    group = _check_counts(group, max_concurrent)
+    runner = _executor(executor, proxy, limits)
+    job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
+    pairs = [(task, gid) for task in tasks for gid in [uuid.uuid4().hex] for _ in range(group)]
+    results = _Results(len(pairs), on_run)
+    try:
+        await runner.run(
+            pairs,
+            agent,
+            runtime=runtime if runtime is not None else default_runtime(),
+            job_id=job.id,
+            timeout=rollout_timeout,
+            max_concurrent=max_concurrent,
+            finished=results.finished,
+        )
+    finally:
+        job.runs.extend(results.runs())
+    return job
+
+
+def _check_counts(group: int | None, max_concurrent: int | None) -> int:
     group = 1 if group is None else group
     if group < 1:
         raise ValueError("group must be >= 1")
     if max_concurrent is not None and max_concurrent < 1:
         raise ValueError("max_concurrent must be >= 1")
-    distributed = _executor(executor)
-    if distributed is not None and proxy is not None:
-        raise ValueError("proxy= serves agents in this process; executor='ray' cannot use it")
-    job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
-    pairs = [(task, gid) for task in tasks for gid in [uuid.uuid4().hex] for _ in range(group)]
-    provider = runtime if runtime is not None else default_runtime()
-    results: list[Run | None] = [None] * len(pairs)
-    cursor = iter(enumerate(pairs))
+    return group
 
-    def finished(i: int, run: Run) -> None:
-        results[i] = run
-        if on_run is not None:
+
+class _Results:
+    """Runs by expansion index as they finish; `on_run` hears each one."""
+
+    def __init__(self, size: int, on_run: Callable[[Run], Any] | None) -> None:
+        self._runs: list[Run | None] = [None] * size
+        self._on_run = on_run
+
+    def finished(self, i: int, run: Run) -> None:
+        self._runs[i] = run
+        if self._on_run is not None:
             try:
-                on_run(run)
+                self._on_run(run)
             except Exception:  # a broken progress callback must not sink the batch
                 log.exception("on_run callback failed for %s", run.slug)
 
-    async def worker() -> None:
-        for i, (task, gid) in cursor:
-            run = await rollout(
-                task,
-                agent,
-                runtime=provider,
-                job_id=job.id,
-                group_id=gid,
-                timeout=rollout_timeout,
-                proxy=proxy,
-                limits=limits,
-            )
-            finished(i, run)
-
-    workers = min(max_concurrent or len(pairs), len(pairs))
-    try:
-        if distributed is not None:
-            await distributed.run(
-                pairs,
-                agent,
-                runtime=provider,
-                job_id=job.id,
-                timeout=rollout_timeout,
-                max_concurrent=max_concurrent,
-                finished=finished,
-            )
-        else:
-            async with asyncio.TaskGroup() as tg:
-                for _ in range(workers):
-                    tg.create_task(worker())
-    finally:
-        job.runs.extend(r for r in results if r is not None)
-    return job
+    def runs(self) -> list[Run]:
+        return [r for r in self._runs if r is not None]
 
 
-def _executor(executor: object) -> RayExecutor | None:
-    """None for the local executor, else the `RayExecutor` to use."""
+class _LocalExecutor:
+    """Every agent loop in this event loop, at most `max_concurrent` at a time."""
+
+    def __init__(self, proxy: InterceptionProxy | None, limits: ModelLimits | None) -> None:
+        self.proxy = proxy
+        self.limits = limits
+
+    async def run(
+        self,
+        pairs: list[tuple[Task, str]],
+        agent: Agent,
+        *,
+        runtime: RuntimeLike,
+        job_id: str,
+        timeout: Timeouts | float | None,  # noqa: ASYNC109 - a Timeouts value
+        max_concurrent: int | None,
+        finished: Callable[[int, Run], None],
+    ) -> None:
+        """Run every `(task, group_id)` pair; hand each `Run` to `finished` as it ends."""
+        cursor = iter(enumerate(pairs))
+
+        async def worker() -> None:
+            for i, (task, gid) in cursor:
+                run = await rollout(
+                    task,
+                    agent,
+                    runtime=runtime,
+                    job_id=job_id,
+                    group_id=gid,
+                    timeout=timeout,
+                    proxy=self.proxy,
+                    limits=self.limits,
+                )
+                finished(i, run)
+
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(min(max_concurrent or len(pairs), len(pairs))):
+                tg.create_task(worker())
+
+
+def _executor(
+    executor: object, proxy: InterceptionProxy | None, limits: ModelLimits | None
+) -> _LocalExecutor | RayExecutor:
+    """The executor to run on: local (this event loop) or a `RayExecutor`."""
     if executor == "local":
-        return None
+        return _LocalExecutor(proxy, limits)
     from ._ray_executor import RayExecutor
 
     if executor == "ray":
-        return RayExecutor()
-    if isinstance(executor, RayExecutor):
-        return executor
-    raise ValueError(f"executor must be 'local', 'ray' or a RayExecutor, not {executor!r}")
+        executor = RayExecutor()
+    if not isinstance(executor, RayExecutor):
+        raise ValueError(f"executor must be 'local', 'ray' or a RayExecutor, not {executor!r}")
+    if proxy is not None:
+        raise ValueError("proxy= serves agents in this process; executor='ray' cannot use it")
+    return executor
 
 
 def default_runtime() -> RuntimeLike:
