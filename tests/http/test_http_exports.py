@@ -25,9 +25,10 @@ def test_import_is_light() -> None:
 def test_http_reads_sockets_like_the_wire_without_importing_it() -> None:
     # One BufferedReads serves both (it used to be copied); _http must not load the wire.
     code = (
-        "import sys, proctor._reads as r, proctor._http._server as s, proctor._http._client as c;"
+        "import sys, proctor._reads as r, proctor._http._connection as s,"
+        " proctor._http._client as c;"
         "print('proctor.channel' in sys.modules,"
-        " issubclass(s._Connection, r.BufferedReads), issubclass(c._Connection, r.BufferedReads))"
+        " issubclass(s.Connection, r.BufferedReads), issubclass(c._Connection, r.BufferedReads))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True", "True"]

@@ -4,10 +4,12 @@ Private to proctor: the interception proxy, the fake model server and the dashbo
 build on it. Built on asyncio protocols (uvloop works too) for speed.
 """
 
+from .._errors import Abort
 from ._client import ClientResponse, HttpClient
 from ._headers import Headers
 from ._limits import HttpLimits
-from ._server import Abort, Handler, HttpServer, Request, Response, Screen
+from ._message import Handler, Request, Response, Screen
+from ._server import HttpServer
 from ._sse import SSEEvent, SSEParser, format_sse
 
 __all__ = [

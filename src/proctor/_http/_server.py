@@ -1,150 +1,25 @@
 """A lean HTTP/1.1 server on asyncio protocols: one task per request, bodies buffered.
 
-A connection reads one request (head, then body) and runs the handler in a task; bytes
-that arrive meanwhile (a pipelined request) wait in the buffer, so responses go out in
-order. Losing the connection cancels that task, which also closes a streaming body.
+A connection (`_connection`) reads one request (head, then body) and runs the handler
+in a task; bytes that arrive meanwhile (a pipelined request) wait in the buffer, so
+responses go out in order. Losing the connection cancels that task, which also closes
+a streaming body. The server accepts, caps and sweeps connections and shuts them down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import math
-import socket
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from http import HTTPStatus
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
-import orjson
-
-from .._errors import Abort
-from .._reads import BufferedReads
-from ._headers import Headers, HeaderSource, as_pairs
+from ._connection import Connection
 from ._limits import HttpLimits
-from ._parse import (
-    ChunkedDecoder,
-    LengthReader,
-    ParseError,
-    Reader,
-    RequestHead,
-    encode_chunk,
-    encode_head,
-    parse_request_head,
-)
+from ._message import Handler, Screen
 
 if TYPE_CHECKING:
     from ssl import SSLContext
 
-__all__ = ["Abort", "Handler", "HttpServer", "Request", "Response", "Screen"]
-
-log = logging.getLogger("proctor.http")
-
-_LINGER = 2.0  # seconds a refused connection keeps draining input so the error is read
-_FRAMING = frozenset(("content-length", "transfer-encoding", "connection"))
-_BODYLESS = frozenset((204, 304))
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_LAST_CHUNK = b"0\r\n\r\n"
-_status_lines: dict[int, str] = {}
-
-
-@dataclass(slots=True)
-class Request:
-    """One request, its body read in full."""
-
-    method: str
-    target: str
-    headers: Headers
-    body: bytes
-    client: tuple[str, int] | None = None
-
-    @property
-    def path(self) -> str:
-        """The target without its query string."""
-        return self.target.partition("?")[0]
-
-    @property
-    def query(self) -> str:
-        """The query string, without `?` (empty when there is none)."""
-        return self.target.partition("?")[2]
-
-    def json(self) -> Any:
-        """The body parsed as JSON.
-
-        Raises:
-            orjson.JSONDecodeError: the body is not JSON (a `ValueError`).
-        """
-        return orjson.loads(self.body)
-
-
-@dataclass(slots=True)
-class Response:
-    """A response; an async iterable body is streamed, each chunk written as it comes.
-
-    A streamed body goes out with `Transfer-Encoding: chunked`, or raw when the headers
-    carry a `Content-Length` (the body must then yield exactly that many bytes).
-    """
-
-    status: int = 200
-    headers: HeaderSource = ()
-    body: bytes | AsyncIterable[bytes] = b""
-
-    @classmethod
-    def json(cls, obj: Any, status: int = 200, headers: HeaderSource | None = None) -> Response:
-        """A JSON response (orjson; `content-type: application/json`)."""
-        return cls(status, _with_type(headers, "application/json"), orjson.dumps(obj))
-
-    @classmethod
-    def text(
-        cls,
-        text: str,
-        status: int = 200,
-        headers: HeaderSource | None = None,
-        content_type: str = "text/plain; charset=utf-8",
-    ) -> Response:
-        """A text response, UTF-8 encoded."""
-        return cls(status, _with_type(headers, content_type), text.encode())
-
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _with_type(headers: HeaderSource | None, content_type: str) -> list[tuple[str, str]]:
-    pairs = [("content-type", content_type)]
-    if headers is not None:
-        pairs.extend(as_pairs(headers))
-    return pairs
-
-
-def _status_line(status: int) -> str:
-    line = _status_lines.get(status)
-    if line is None:
-        try:
-            phrase = HTTPStatus(status).phrase
-        except ValueError:
-            phrase = ""
-        line = _status_lines[status] = f"HTTP/1.1 {status} {phrase}"
-    return line
-
-
-def _error(status: int, message: str) -> Response:
-    """The server's own error. 408 and 503 invite a retry (the request was not handled);
-    any other is final, and says so to SDKs that honour `x-should-retry`."""
-    if status == 503:
-        headers = [("retry-after", "1")]
-    else:
-        headers = [] if status == 408 else [("x-should-retry", "false")]
-    return Response.json({"error": {"code": status, "message": message}}, status, headers)
-
-
-Screen = Callable[[Request], Response | None]
-"""Called with a request whose head has arrived and whose body has not (`body` is
-empty): None lets it through; a response (with a bytes body) is sent instead, and the
-body is never read."""
-
-_IDLE, _HEAD, _BODY, _BUSY = range(4)  # what a connection waits for
+__all__ = ["HttpServer"]
 
 
 class HttpServer:
@@ -187,12 +62,12 @@ class HttpServer:
         self.buffered = 0  # request bytes held over all connections
         self._port = port
         self._server: asyncio.Server | None = None
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._active = 0  # connections counted against the cap (not refused ones)
         self._cap = limits.max_connections
         # Connections with no request in hand (idle, or reading a head), longest first:
         # the ones closed to make room at the cap.
-        self._quiet: dict[_Connection, None] = {}
+        self._quiet: dict[Connection, None] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self._all_gone: asyncio.Future[None] | None = None
         self.closing = False
@@ -218,7 +93,7 @@ class HttpServer:
         loop = asyncio.get_running_loop()
         self._cap = self.limits.connection_cap()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self._port, backlog=4096, ssl=self.ssl
+            lambda: Connection(self), self.host, self._port, backlog=4096, ssl=self.ssl
         )
         self._port = self._server.sockets[0].getsockname()[1]
         self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
@@ -250,7 +125,7 @@ class HttpServer:
             conn.abort()
         await server.wait_closed()
 
-    def _admit(self, conn: _Connection) -> bool:
+    def _admit(self, conn: Connection) -> bool:
         """Count a new connection against the cap, closing the longest-quiet one to make
         room; False when every connection is busy with a request."""
         if self._active >= self._cap:
@@ -271,7 +146,7 @@ class HttpServer:
                 self.limits.sweep_interval, self._sweep
             )
 
-    def _forget(self, conn: _Connection) -> None:
+    def _forget(self, conn: Connection) -> None:
         self._connections.discard(conn)
         if not self._connections and self._all_gone is not None and not self._all_gone.done():
             self._all_gone.set_result(None)
@@ -287,457 +162,3 @@ class HttpServer:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-class _Connection(BufferedReads):
-    """One client connection: parse, dispatch, write responses in order."""
-
-    def __init__(self, server: HttpServer) -> None:
-        self._server = server
-        self._transport: asyncio.Transport | None = None
-        self._loop = asyncio.get_running_loop()
-        self._client: tuple[str, int] | None = None
-        self._buf = b""
-        self._head: RequestHead | None = None
-        self._reader: Reader | None = None
-        self._parts: list[bytes] = []
-        self._size = 0
-        self._task: asyncio.Task[None] | None = None
-        self._lost = False
-        self._refused = False  # an error response went out; input is drained, not parsed
-        self._counted = False  # against the server's connection cap
-        self._read_paused = False
-        self._write_paused = False
-        self._drain: asyncio.Future[None] | None = None
-        self._linger: asyncio.TimerHandle | None = None
-        self._reserved = 0  # body bytes of the request in hand (a Content-Length in full)
-        self._held = 0  # this connection's share of `server.buffered`
-        self._waiting = _IDLE
-        self.deadline = math.inf  # loop time by which the awaited bytes must be in
-
-    # -- asyncio.Protocol ------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        server = self._server
-        server._connections.add(self)
-        if not server._admit(self):
-            self._refuse(503, "too many connections; retry later")
-            return
-        self._counted = True
-        self._wait_for(_IDLE)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):  # not TCP (a Unix socket): nothing to tune
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            self._client = (peer[0], peer[1])
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._uncount()
-        self._server._forget(self)
-        self._buf = b""
-        self._parts = []
-        self._reserved = 0
-        self._account()
-        if self._task is not None:
-            self._task.cancel()
-        if self._linger is not None:
-            self._linger.cancel()
-        self._wake()
-
-    def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return
-        if self._reader is not None:
-            self._feed_body(data)
-        elif self._task is None:
-            if not self._buf:
-                self._wait_for(_HEAD)
-            self._buf = self._buf + data if self._buf else data
-            self._next_request()
-        else:
-            self._buf = self._buf + data if self._buf else data
-            if len(self._buf) > self._server.max_head and not self._read_paused:
-                # A client pipelining faster than we answer: stop reading until we catch up.
-                self._read_paused = True
-                self._transport_().pause_reading()
-        if not self._refused:
-            self._account()
-
-    def eof_received(self) -> bool | None:
-        return None  # a half-close counts as a disconnect: close, cancelling the handler
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._wake()
-
-    # -- limits ------------------------------------------------------------------
-
-    def _wait_for(self, what: int) -> None:
-        """Enter a waiting state; its deadline starts now."""
-        self._waiting = what
-        limits = self._server.limits
-        if what == _BUSY:
-            self.deadline = math.inf
-        else:
-            timeout = (limits.idle_timeout, limits.head_timeout, limits.body_timeout)[what]
-            self.deadline = self._loop.time() + timeout
-
-    def expire(self) -> None:
-        """The deadline passed: close an idle connection quietly; 408 a slow request."""
-        self.deadline = math.inf
-        if self._refused or self._lost:
-            return
-        if self._waiting == _IDLE:
-            self.evict()
-        elif self._waiting == _HEAD:
-            self._refuse(408, "the request head took too long")
-        elif self._waiting == _BODY:
-            self._refuse(408, "the request body took too long")
-
-    def evict(self) -> None:
-        """Close a connection that has no request in hand (to make room, or idle): a
-        clean close between requests, a reset mid-head."""
-        self._uncount()
-        if self._buf:
-            self._transport_().abort()
-        else:
-            self._transport_().close()
-
-    def _uncount(self) -> None:
-        server = self._server
-        server._quiet.pop(self, None)
-        if self._counted:
-            self._counted = False
-            server._active -= 1
-
-    def _account(self) -> bool:
-        """Bring `server.buffered` up to date; refuse with 503 (True) past its cap."""
-        held = len(self._buf) + self._reserved
-        delta = held - self._held
-        if not delta:
-            return False
-        server = self._server
-        server.buffered += delta
-        self._held = held
-        if delta > 0 and server.buffered > server.limits.max_buffered and self._task is None:
-            # (while a response is going out, reading is paused past `max_head` instead)
-            self._refuse(503, "the server holds too many request bytes; retry later")
-            return True
-        return False
-
-    # -- reading ---------------------------------------------------------------
-
-    def _transport_(self) -> asyncio.Transport:
-        assert self._transport is not None
-        return self._transport
-
-    def _next_request(self) -> None:
-        buf = self._buf
-        if buf[:1] in (b"\r", b"\n"):
-            buf = buf.lstrip(b"\r\n")  # RFC 9112 2.2: ignore blank lines before a request
-        end = buf.find(b"\r\n\r\n")
-        max_head = self._server.max_head
-        if end < 0 or end > max_head:
-            self._buf = buf
-            if len(buf) > max_head:
-                self._refuse(431, "request head too large")
-            return
-        try:
-            head = parse_request_head(buf[:end])
-        except ParseError as exc:
-            self._refuse(exc.status, str(exc))
-            return
-        rest = buf[end + 4 :]
-        self._buf = b""
-        server = self._server
-        server._quiet.pop(self, None)
-        if server.screen is not None:
-            request = Request(head.method, head.target, head.headers, b"", self._client)
-            try:
-                refusal = server.screen(request)
-            except Exception as exc:
-                log.exception("the screen failed on %s %s", head.method, head.target)
-                refusal = _error(500, f"{type(exc).__name__}: {exc}")
-            if refusal is not None:
-                self._screened(refusal, head, rest)
-                return
-        if head.length is not None and head.length > server.max_body:
-            self._refuse(413, "request body too large")
-            return
-        self._reserved = head.length or 0
-        if self._account():
-            return
-        self._head = head
-        self._parts = []
-        self._size = 0
-        self._reader = ChunkedDecoder() if head.chunked else LengthReader(head.length or 0)
-        self._wait_for(_BODY)
-        self._feed_body(rest)
-        expect = head.headers.get("expect")
-        if self._reader is not None and expect and expect.lower() == "100-continue":
-            self._transport_().write(_CONTINUE)
-
-    def _screened(self, response: Response, head: RequestHead, rest: bytes) -> None:
-        """Send the screen's refusal. The body is never read: the connection closes after
-        the reply, unless the request had no body and nothing follows it (a client that
-        pipelines refused requests, or does not read its refusals, is not kept)."""
-        body = cast(bytes, response.body)
-        if head.chunked or head.length or rest:
-            self._refuse_with(response, body, head)
-            return
-        if self._write_whole(response, body, not head.keep_alive, head) and not (
-            self._write_paused or self._server.closing
-        ):
-            self._server._quiet[self] = None
-            self._wait_for(_IDLE)
-        else:
-            self._transport_().close()
-
-    def _feed_body(self, data: bytes) -> None:
-        reader = self._reader
-        assert reader is not None
-        try:
-            parts = reader.feed(data)
-        except ParseError as exc:
-            self._refuse(400, str(exc))
-            return
-        if parts:
-            self._size += sum(map(len, parts))
-            if self._size > self._server.max_body:
-                self._refuse(413, "request body too large")
-                return
-            self._parts.extend(parts)
-            if self._size > self._reserved:  # chunked: held as it comes
-                self._reserved = self._size
-                if self._account():
-                    return
-        if reader.done:
-            self._reader = None
-            self._buf = reader.tail
-            self._dispatch()
-
-    def _dispatch(self) -> None:
-        head = self._head
-        assert head is not None
-        parts = self._parts
-        self._parts = []
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
-        request = Request(head.method, head.target, head.headers, body, self._client)
-        self._wait_for(_BUSY)
-        self._task = self._loop.create_task(self._respond(request, head))
-
-    def _refuse(self, status: int, message: str) -> None:
-        """Answer an error, then drain input for a while so the client reads it."""
-        error = _error(status, message)
-        self._refuse_with(error, cast(bytes, error.body), None)
-
-    def _refuse_with(self, response: Response, body: bytes, head: RequestHead | None) -> None:
-        """Send `response` and close, draining (never buffering) input meanwhile."""
-        self._refused = True
-        self._uncount()
-        self.deadline = math.inf
-        self._reader = None
-        self._buf = b""
-        self._parts = []
-        self._reserved = 0
-        self._account()
-        transport = self._transport_()
-        fields, _, _ = _split_framing(response.headers, True)
-        transport.write(_head(response.status, fields, True, len(body), False, head) + body)
-        if self._read_paused:
-            transport.resume_reading()
-        if transport.can_write_eof():
-            transport.write_eof()
-            self._linger = self._loop.call_later(_LINGER, transport.close)
-        else:
-            transport.close()
-
-    # -- responding ------------------------------------------------------------
-
-    async def _respond(self, request: Request, head: RequestHead) -> None:
-        try:
-            keep_alive = await self._answer(request, head)
-            if self._write_paused:
-                await self._drained()
-        except Abort:
-            self._transport_().abort()
-            return
-        except Exception:  # the response itself was bad (say, a CR in a header value)
-            log.exception("cannot send the response to %s %s", request.method, request.target)
-            self._transport_().abort()
-            return
-        finally:
-            self._task = None
-        self._reserved = 0  # the request's body is let go
-        if not keep_alive or self._server.closing:
-            self._account()
-            self._transport_().close()
-            return
-        if self._read_paused:
-            self._read_paused = False
-            self._transport_().resume_reading()
-        self._next()
-
-    def _next(self) -> None:
-        """Between requests: wait for the next one, or parse a pipelined one."""
-        if self._refused or self._lost:
-            return
-        self._server._quiet[self] = None
-        if self._buf:
-            self._wait_for(_HEAD)
-            self._next_request()
-        else:
-            self._wait_for(_IDLE)
-        if not self._refused:
-            self._account()
-
-    async def _answer(self, request: Request, head: RequestHead) -> bool:
-        """Run the handler and write its response; whether the connection stays open."""
-        try:
-            response = await self._server.handler(request)
-        except Abort:
-            raise
-        except Exception as exc:
-            log.exception("handler failed on %s %s", request.method, request.target)
-            response = _error(500, f"{type(exc).__name__}: {exc}")
-        close = not head.keep_alive or self._server.closing
-        body = response.body
-        if isinstance(body, bytes | bytearray | memoryview):
-            return self._write_whole(response, bytes(body), close, head)
-        return await self._stream(response, body, close, head)
-
-    def _write_whole(self, response: Response, body: bytes, close: bool, head: RequestHead) -> bool:
-        """Write a response with a bytes body in one go; whether to keep the connection."""
-        fields, close, _ = _split_framing(response.headers, close)
-        status = response.status
-        bodyless = status < 200 or status in _BODYLESS
-        data = _head(status, fields, close, None if bodyless else len(body), False, head)
-        if body and not bodyless and head.method != "HEAD":
-            data += body
-        self._transport_().write(data)
-        return not close
-
-    async def _stream(
-        self, response: Response, body: AsyncIterable[bytes], close: bool, head: RequestHead
-    ) -> bool:
-        it = aiter(body)
-        try:
-            fields, close, length = _split_framing(response.headers, close)
-            if head.method == "HEAD" or response.status in _BODYLESS:
-                data = _head(response.status, fields, close, length, False, head)
-                self._transport_().write(data)
-                return not close
-            chunked = length is None and head.version == "HTTP/1.1"
-            close = close or (length is None and not chunked)
-            try:
-                first = await anext(it)
-            except StopAsyncIteration:
-                first = b""
-            except Abort:
-                raise
-            except Exception as exc:  # nothing sent yet: still time for a clean 500
-                log.exception("streaming body failed on %s %s", head.method, head.target)
-                error = _error(500, f"{type(exc).__name__}: {exc}")
-                return self._write_whole(error, cast(bytes, error.body), close, head)
-            data = _head(response.status, fields, close, length, chunked, head)
-            sent = await self._pump(it, first, data, chunked)
-            if length is not None and sent != length:
-                log.error("streamed body sent %d bytes, content-length said %d", sent, length)
-                self._transport_().abort()
-                return False
-            return not close
-        except (Abort, asyncio.CancelledError):
-            raise
-        except Exception:
-            log.exception("streaming body failed on %s %s", head.method, head.target)
-            self._transport_().abort()
-            return False
-        finally:
-            aclose = getattr(it, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-    async def _pump(
-        self, it: AsyncIterator[bytes], first: bytes, data: bytes, chunked: bool
-    ) -> int:
-        """Write the head and every chunk; returns the body bytes sent."""
-        transport = self._transport_()
-        sent = len(first)
-        if first:
-            data += encode_chunk(first) if chunked else first
-        transport.write(data)
-        async for chunk in it:
-            if not chunk:
-                continue
-            sent += len(chunk)
-            transport.write(encode_chunk(chunk) if chunked else chunk)
-            if self._write_paused:
-                await self._drained()
-        if chunked:
-            transport.write(_LAST_CHUNK)
-        return sent
-
-    async def _drained(self) -> None:
-        while self._write_paused and not self._lost:
-            self._drain = asyncio.get_running_loop().create_future()
-            await self._drain
-
-    def _wake(self) -> None:
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
-
-    # -- shutdown --------------------------------------------------------------
-
-    def shutdown(self) -> asyncio.Task[None] | None:
-        """Close now if idle; otherwise return the request task to wait for."""
-        if self._task is None:
-            self._transport_().close()
-        return self._task
-
-    def abort(self) -> None:
-        """Reset the connection."""
-        self._transport_().abort()
-
-
-def _split_framing(
-    headers: HeaderSource, close: bool
-) -> tuple[list[tuple[str, str]], bool, int | None]:
-    """The caller's fields without framing ones; whether to close; a given length."""
-    fields: list[tuple[str, str]] = []
-    length: int | None = None
-    for name, value in as_pairs(headers):
-        key = name.lower()
-        if key not in _FRAMING:
-            fields.append((name, value))
-        elif key == "connection":
-            close = close or "close" in value.lower()
-        elif key == "content-length":
-            length = int(value)
-    return fields, close, length
-
-
-def _head(
-    status: int,
-    fields: HeaderSource,
-    close: bool,
-    length: int | None,
-    chunked: bool,
-    request: RequestHead | None,
-) -> bytes:
-    extra = ""
-    if chunked:
-        extra = "transfer-encoding: chunked\r\n"
-    elif length is not None:
-        extra = f"content-length: {length}\r\n"
-    if close:
-        extra += "connection: close\r\n"
-    elif request is not None and request.version == "HTTP/1.0":
-        extra += "connection: keep-alive\r\n"
-    return encode_head(_status_line(status), as_pairs(fields), extra)
