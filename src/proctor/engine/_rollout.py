@@ -51,7 +51,7 @@ async def rollout(
     Args:
         task: the row to run.
         agent: acts on the run and leaves its answer in `run.trace.content`.
-        runtime: the provider (default: the row's environment in this process).
+        runtime: the `Runtime` (default: the row's environment in this process).
         job_id: the job this run belongs to (default: a fresh id).
         group_id: shared by the repeats of one row (default: a fresh id).
         timeout: a `Timeouts`, or a number capping the rollout (see `Timeouts`).

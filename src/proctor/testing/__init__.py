@@ -1,12 +1,12 @@
 """Test helpers shipped with proctor: conformance suites and in-memory fakes.
 
-`check_runtime(provider, task)` holds any provider to the runtime contract (up,
+`check_runtime(runtime, task)` holds any runtime to the contract (up,
 reachable, graded, and torn down on success, error, timeout and cancellation);
 `check_env_server(url)` holds any server to control channel v1. Both drive
 `conformance_env`, an environment shipped here for the purpose. `memory_pair`
-connects two asyncio protocols without a socket; `FakeClock` makes
-retry waits instant. `FakeModelServer` speaks the OpenAI
-and Anthropic wire formats from scripted `Reply`s and injects `Fault`s on command.
+connects two asyncio protocols without a socket; `FakeClock` makes retry waits
+instant. `FakeModelServer` speaks the OpenAI and Anthropic wire formats from scripted
+`Reply`s and injects `Fault`s on command.
 """
 
 from .._public import publish
