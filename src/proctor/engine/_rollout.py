@@ -81,12 +81,12 @@ async def execute(
 ) -> Run:
     """`rollout()` on a `Run` the caller made (a distributed executor watches its phase)."""
     deadlines = Timeouts.of(timeout)
-    provider = runtime if runtime is not None else default_runtime()
+    runtime = runtime if runtime is not None else default_runtime()
     stack = AsyncExitStack()
     try:
         try:
             async with _scope(deadlines.rollout, run):
-                await _drive(run, agent, provider, deadlines, stack, proxy, limits)
+                await _drive(run, agent, runtime, deadlines, stack, proxy, limits)
         except BaseException:
             await _abandon(run, stack, deadlines.teardown)
             raise
@@ -110,13 +110,13 @@ async def execute(
 async def _drive(
     run: Run,
     agent: Agent,
-    provider: RuntimeLike,
+    runtime: RuntimeLike,
     limits: Timeouts,
     stack: AsyncExitStack,
     proxy: InterceptionProxy | None,
     budgets: ModelLimits | None,
 ) -> None:
-    endpoint = await stack.enter_async_context(provider(run.task))
+    endpoint = await stack.enter_async_context(runtime(run.task))
     run.phase = "connecting"
     # The phase deadline names "connecting" when it fires; connect() also stops by
     # itself after ready_timeout, with a ConnectTimeout saying what it last saw.

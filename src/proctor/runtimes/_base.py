@@ -1,4 +1,4 @@
-"""The provider contract: `(task) -> async context manager yielding an Endpoint`."""
+"""The runtime contract: `(task) -> async context manager yielding an Endpoint`."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Endpoint:
 class Runtime(ABC):
     """Brings an environment up for one task and tears it down after.
 
-    Calling the provider returns an async context manager; entering it yields the
+    Calling the runtime returns an async context manager; entering it yields the
     `Endpoint`; leaving it (on success, error, timeout or cancellation) must stop
     everything it started, within a bounded time, and never leave a process behind.
     """
@@ -58,7 +58,7 @@ class Runtime(ABC):
 
 
 RuntimeLike: TypeAlias = "Runtime | Callable[[Task], AbstractAsyncContextManager[Endpoint]]"
-"""Any callable with the provider shape is accepted where a `Runtime` is."""
+"""Any callable with the runtime shape is accepted where a `Runtime` is."""
 
 
 class UrlRuntime(Runtime):

@@ -1,4 +1,4 @@
-"""`check_runtime`: the provider contract of DESIGN section 4, executable."""
+"""`check_runtime`: the `Runtime` contract, executable."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ RUNTIME_CHECKS: tuple[str, ...] = (
     "cancelled in agent",
     "cancelled while provisioning",
 )
-"""The checks `check_runtime` runs, in order: a provider that passes lists them all."""
+"""The checks `check_runtime` runs, in order: a runtime that passes lists them all."""
 
-_SETTLE = 3.0  # seconds markers and processes get to settle after a provider exits
+_SETTLE = 3.0  # seconds markers and processes get to settle after a runtime exits
 
 
 @dataclass
@@ -59,17 +59,17 @@ class RuntimeReport:
 
 
 async def check_runtime(
-    provider: RuntimeLike,
+    runtime: RuntimeLike,
     task: Task,
     *,
     agent: Agent | None = None,
     shared: bool | None = None,
     timeout: float = 60.0,  # noqa: ASYNC109 - a per-check budget, not one deadline
 ) -> RuntimeReport:
-    """Check that a provider brings the conformance environment up and always down.
+    """Check that a runtime brings the conformance environment up and always down.
 
     `task` is a row of the conformance environment (`conformance_env.echo(text=...)`,
-    with whatever `runtime_config` the provider needs); the checks derive their own
+    with whatever `runtime_config` the runtime needs); the checks derive their own
     rows from it. In order: the endpoint comes up and answers connect + hello +
     tasks.list (in-process endpoints over `tcp_url()` too), and refuses a hello
     without its token when it has one; a rollout is graded, and
@@ -78,13 +78,13 @@ async def check_runtime(
     rollout while the agent works and while the substrate comes up.
 
     Torn down means: every task the environment started was closed (its `finally`
-    ran); no child process of ours is left; and unless the provider is `shared`, every
+    ran); no child process of ours is left; and unless the runtime is `shared`, every
     endpoint it yielded refuses connections, the environment's shutdown hooks ran and
     its process is gone. Markers and processes are checked when the substrate shares
     this machine's files and pid namespace (see `RuntimeReport.notes`).
 
     Args:
-        provider: the provider under test.
+        runtime: the runtime under test.
         task: a row of the conformance environment.
         agent: solves the echo rows of graded rollouts (default: echo the prompt).
         shared: the endpoint outlives each rollout, as a server run elsewhere does;
@@ -97,7 +97,7 @@ async def check_runtime(
     Raises:
         AssertionError: a check failed; the message names it and what was left behind.
     """
-    checker = _Checker(provider, task, agent, shared, timeout)
+    checker = _Checker(runtime, task, agent, shared, timeout)
     try:
         await checker.run()
     finally:
@@ -106,7 +106,7 @@ async def check_runtime(
 
 
 class _Probe:
-    """Wraps the provider: records each endpoint it yields and when it is entered."""
+    """Wraps the runtime: records each endpoint it yields and when it is entered."""
 
     def __init__(self, inner: RuntimeLike) -> None:
         self.inner = inner
@@ -128,16 +128,16 @@ class _Probe:
 class _Checker:
     def __init__(
         self,
-        provider: RuntimeLike,
+        runtime: RuntimeLike,
         task: Task,
         agent: Agent | None,
         shared: bool | None,
         timeout: float,
     ) -> None:
-        self.provider = provider
+        self.runtime = runtime
         self.base = task
         self.agent: Agent = agent if agent is not None else _Echo()
-        self.shared = isinstance(provider, UrlRuntime) if shared is None else shared
+        self.shared = isinstance(runtime, UrlRuntime) if shared is None else shared
         self.timeout = timeout
         self.limits = Timeouts(connect=timeout / 2, teardown=timeout / 2)
         self.root = Path(tempfile.mkdtemp(prefix="proctor-check-"))
@@ -161,7 +161,7 @@ class _Checker:
             )
 
     def fail(self, check: str, what: str) -> AssertionError:
-        return AssertionError(f"check_runtime({self.provider!r}) [{check}]: {what}")
+        return AssertionError(f"check_runtime({self.runtime!r}) [{check}]: {what}")
 
     # -- scenarios ---------------------------------------------------------------------
 
@@ -298,7 +298,7 @@ class _Checker:
     async def scenario(self, name: str) -> AsyncIterator[_Scenario]:
         folder = self.root / name.replace(" ", "-")
         folder.mkdir()
-        sc = _Scenario(name, folder, _Probe(self.provider), self.base)
+        sc = _Scenario(name, folder, _Probe(self.runtime), self.base)
         before = _children()
         deadline = asyncio.timeout(self.timeout)
         try:
