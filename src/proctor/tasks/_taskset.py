@@ -208,7 +208,7 @@ class Taskset:
         Returns:
             The `Job`, holding one `Run` per row and group member.
         """
-        from ..engine import run_taskset  # lazy: the engine imports this module
+        from ..engine import run_taskset  # on first run: reading rows needs no engine
 
         return await run_taskset(
             self,
