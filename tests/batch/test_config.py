@@ -16,10 +16,10 @@ from proctor.batch._config import (
     ConfigProblem,
     RayExecutorConfig,
     SandboxRuntimeConfig,
-    build_runtime,
-    load_config,
     rollout_id,
 )
+from proctor.batch._config_load import load_config
+from proctor.batch._config_runtime import build_runtime
 
 TOML = """\
 name = "smoke"

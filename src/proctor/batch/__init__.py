@@ -31,15 +31,9 @@ Write with `BatchStore` (`create` a new directory, `open` to resume) and one
 """
 
 from .._public import publish
-from ._config import (
-    Assignment,
-    BatchConfig,
-    ConfigProblem,
-    build_runtime,
-    load_config,
-    parse_config,
-    rollout_id,
-)
+from ._config import Assignment, BatchConfig, ConfigProblem, rollout_id
+from ._config_load import load_config, parse_config
+from ._config_runtime import build_runtime
 from ._files import JsonlReader
 from ._plan import Check, Plan, aplan, plan
 from ._read import count_rollouts, list_rollouts, read_events, read_rollout, read_state

@@ -1,8 +1,9 @@
 """`BatchConfig`: what a batch runs, validated before anything else happens.
 
-A config is a JSON or TOML file (`load_config`). Unknown fields are rejected
-everywhere, and an error names the field path and the line of the file it is on.
-Relative paths in a config are relative to the file's folder.
+A config is a JSON or TOML file (`load_config`, in `_config_load`). Unknown fields are
+rejected everywhere, and an error names the field path and the line of the file it is
+on. Relative paths in a config are relative to the file's folder. The runtime a config
+names is built by `_config_runtime.build_runtime`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
@@ -22,7 +22,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -32,8 +31,6 @@ from .._errors import BatchConfigError
 if TYPE_CHECKING:
     from ..engine import Timeouts
     from ..proxy import ModelLimits
-    from ..runtimes import Runtime
-from ._config_lines import json_lines, toml_lines
 
 __all__ = [
     "AgentEntry",
@@ -57,9 +54,6 @@ __all__ = [
     "TimeoutsConfig",
     "ToolAgentEntry",
     "UrlRuntimeConfig",
-    "build_runtime",
-    "load_config",
-    "parse_config",
     "rollout_id",
 ]
 
@@ -534,192 +528,3 @@ def rollout_id(slug: str, agent: str, repeat: int) -> str:
 
 def _clean(part: str) -> str:
     return _UNSAFE.sub("-", part).strip("-.") or "x"
-
-
-# -- runtime providers ------------------------------------------------------------------
-
-
-def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Runtime:
-    """The runtime provider `config.runtime` names, not yet entered.
-
-    Args:
-        config: the batch config; paths resolve against its folder.
-        batch: the `proctor.batch` label of a container runtime's containers.
-
-    Raises:
-        BatchConfigError: the runtime needs an environment source on this machine and
-            the config names none, or a `token_env` is unset.
-    """
-    rt = config.runtime
-    if isinstance(rt, UrlRuntimeConfig):
-        return _url_runtime(rt)
-    if isinstance(rt, ContainerRuntimeConfig):
-        return _container_runtime(config, rt, batch)
-    source = config.env_source()
-    if source is None:
-        raise BatchConfigError(
-            [
-                ConfigProblem(
-                    path="taskset.env_source",
-                    message=f"the {rt.kind} runtime needs the environment's Python source",
-                )
-            ]
-        )
-    return _source_runtime(config, source)
-
-
-def _source_runtime(config: BatchConfig, source: str) -> Runtime:
-    from ..runtimes import LocalRuntime, RayRuntime, SandboxRuntime, SubprocessRuntime
-
-    rt, name = config.runtime, config.taskset.env
-    if isinstance(rt, SubprocessRuntimeConfig):
-        return SubprocessRuntime(
-            source, python=rt.python, env=rt.env, env_name=name, command=rt.command,
-            cwd=rt.cwd and config.resolve(rt.cwd), startup_timeout=rt.startup_timeout,
-            stop_timeout=rt.stop_timeout, warm=rt.warm,
-        )  # fmt: skip
-    if isinstance(rt, SandboxRuntimeConfig):
-        return SandboxRuntime(
-            source, env_name=name, network=rt.network, warm=rt.warm, python=rt.python,
-            env=rt.env, binds=[config.resolve(p) for p in rt.binds],
-            writable=[config.resolve(p) for p in rt.writable], limits=rt.limits,
-            startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout, bwrap=rt.bwrap,
-        )  # fmt: skip
-    if isinstance(rt, RayRuntimeConfig):
-        return RayRuntime(
-            source, address=rt.address, resources=rt.resources,
-            startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
-        )  # fmt: skip
-    return LocalRuntime(source, env_name=name)
-
-
-def _container_runtime(
-    config: BatchConfig, rt: ContainerRuntimeConfig, batch: str | None
-) -> Runtime:
-    from ..runtimes import ContainerRuntime
-
-    extra = {} if rt.ulimits is None else {"ulimits": rt.ulimits}
-    return ContainerRuntime(
-        rt.image, rt.source, command=rt.command, env_name=rt.env_name or config.taskset.env,
-        engine=rt.engine, network=rt.network, port=rt.port, env=rt.env, mounts=rt.mounts,
-        resources=rt.resources, batch=batch, labels=rt.labels, oci_runtime=rt.oci_runtime,
-        args=rt.args, startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
-        **extra,
-    )  # fmt: skip
-
-
-def _url_runtime(rt: UrlRuntimeConfig) -> Runtime:
-    from ..runtimes import UrlRuntime
-
-    token = os.environ.get(rt.token_env) if rt.token_env else None
-    if rt.token_env and not token:
-        message = f"{rt.token_env} is not set (the server's token)"
-        raise BatchConfigError([ConfigProblem(path="runtime.token_env", message=message)])
-    return UrlRuntime(rt.url, token=token)
-
-
-# -- loading ----------------------------------------------------------------------------
-
-
-def load_config(path: str | os.PathLike[str]) -> BatchConfig:
-    """Read and validate a `.json` or `.toml` batch config.
-
-    Raises:
-        BatchConfigError: the file is missing, unreadable, not JSON/TOML, or fails
-            validation; each problem names the field path and its line.
-    """
-    source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BatchConfigError([ConfigProblem(file=str(source), message=_why(exc))]) from None
-    return parse_config(text, suffix=source.suffix, file=source)
-
-
-def parse_config(text: str, *, suffix: str, file: Path | None = None) -> BatchConfig:
-    """Validate config `text` in the format `suffix` names (`.json` or `.toml`).
-
-    Raises:
-        BatchConfigError: not that format, or invalid (each problem with its line).
-    """
-    where = None if file is None else str(file)
-    data = _decode(text, suffix, where)
-    try:
-        config = BatchConfig.model_validate(data)
-    except ValidationError as exc:
-        lines = (json_lines if suffix == ".json" else toml_lines)(text)
-        raise BatchConfigError(_problems(exc, data, lines, where)) from None
-    config._path = None if file is None else file.resolve()
-    return config
-
-
-def _decode(text: str, suffix: str, where: str | None) -> Any:
-    if suffix == ".json":
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            line = text.count("\n", 0, exc.pos) + 1
-            message = f"invalid JSON: {exc.msg}"
-            raise BatchConfigError(
-                [ConfigProblem(file=where, line=line, message=message)]
-            ) from None
-    if suffix == ".toml":
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
-            at = int(found[1]) if found else None
-            message = f"invalid TOML: {exc}"
-            raise BatchConfigError([ConfigProblem(file=where, line=at, message=message)]) from None
-    message = f"unknown config format {suffix!r}; expected .json or .toml"
-    raise BatchConfigError([ConfigProblem(file=where, message=message)])
-
-
-def _problems(
-    exc: ValidationError, data: Any, lines: Mapping[tuple[str | int, ...], int], where: str | None
-) -> list[ConfigProblem]:
-    problems = []
-    for err in exc.errors(include_url=False):
-        path = _raw_path(data, err["loc"])
-        line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)
-        message = err["msg"].removeprefix("Value error, ")
-        problems.append(ConfigProblem(file=where, line=line, path=_dotted(path), message=message))
-    return problems
-
-
-def _raw_path(data: Any, loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
-    """The error's location in the document, without pydantic's union tags."""
-    path: list[str | int] = []
-    node = data
-    for part in loc:
-        if _has(node, part):
-            node = node[part]
-        elif isinstance(node, dict) and node.get("kind") == part:
-            continue  # the tag of a discriminated union: not in the document
-        elif isinstance(node, str) and part == "kind":
-            continue  # a string shorthand such as `executor = "ray"`
-        else:
-            path.append(part)  # a missing field: named, though absent
-            node = None
-            continue
-        path.append(part)
-    return tuple(path)
-
-
-def _has(node: Any, part: str | int) -> bool:
-    if isinstance(node, list):
-        return isinstance(part, int) and 0 <= part < len(node)
-    return isinstance(node, dict) and part in node
-
-
-def _dotted(path: tuple[str | int, ...]) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    return f"not UTF-8 text: {exc}"

@@ -36,8 +36,8 @@ from ._config import (
     BatchConfigError,
     CommandAgentEntry,
     PythonAgentEntry,
-    load_config,
 )
+from ._config_load import load_config
 from ._plan_env import Loaded, load
 from ._plan_models import catalogs, credentials, projected_cost, unpriced
 from ._plan_substrate import check_substrate

@@ -28,8 +28,8 @@ from ._config import (
     ContainerRuntimeConfig,
     PythonAgentEntry,
     UrlRuntimeConfig,
-    build_runtime,
 )
+from ._config_runtime import build_runtime
 
 __all__ = ["Loaded", "load"]
 
