@@ -37,15 +37,8 @@ from ._config_runtime import build_runtime
 from ._files import JsonlReader
 from ._plan import Check, Plan, aplan, plan
 from ._read import count_rollouts, list_rollouts, read_events, read_rollout, read_state
-from ._store import (
-    LAYOUT_VERSION,
-    TERMINAL,
-    BatchStore,
-    Durability,
-    PlannedRollout,
-    RolloutRecorder,
-    read_batch,
-)
+from ._recorder import PlannedRollout, RolloutRecorder
+from ._store import LAYOUT_VERSION, TERMINAL, BatchStore, Durability, read_batch
 
 __all__ = [
     "LAYOUT_VERSION",

@@ -16,7 +16,8 @@ import orjson
 
 from . import _index
 from ._files import JsonlReader
-from ._store import StoreError, _check_id
+from ._recorder import check_id
+from ._store import StoreError
 
 __all__ = ["count_rollouts", "list_rollouts", "read_events", "read_rollout", "read_state"]
 
@@ -106,7 +107,7 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
         ValueError: `rollout_id` is not a rollout id (it could name a path elsewhere).
     """
     root = os.fspath(path)
-    folder = os.path.join(root, "rollouts", _check_id(rollout_id))
+    folder = os.path.join(root, "rollouts", check_id(rollout_id))
     torn: dict[str, int] = {}
     out: dict[str, Any] = {
         "id": rollout_id,

@@ -1,4 +1,4 @@
-"""`BatchStore`: the crash-safe record of one batch, and `RolloutRecorder` for each rollout.
+"""`BatchStore`: the crash-safe record of one batch (`_recorder` writes each rollout).
 
 The layout it writes is documented in `proctor.batch` and docs/batch-layout.md.
 
@@ -19,26 +19,23 @@ one `syncfs` per window (0.2 s), the same trade a database makes with a group co
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
 
 from .._errors import StoreError
 from . import _files, _index
+from ._recorder import PlannedRollout, RolloutRecorder, check_id, index_fields, load_record
 
 __all__ = [
     "LAYOUT_VERSION",
     "TERMINAL",
     "BatchStore",
     "Durability",
-    "PlannedRollout",
-    "RolloutRecorder",
     "StoreError",
     "read_batch",
 ]
@@ -49,28 +46,7 @@ Durability = Literal["default", "strict"]
 Redact = Callable[[bytes], bytes]
 
 
-_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,159}")
-_ARTIFACT = re.compile(r"[A-Za-z0-9._-][A-Za-z0-9._ -]{0,199}")
 _REPLAY_CHUNK = 10_000
-
-
-class PlannedRollout(Protocol):
-    """What the store needs of an assignment: the plan's `Assignment` has it.
-
-    `rollout_id` names the rollout's record and folder: letters, digits, `.`, `_`,
-    `-`, at most 160 characters.
-    """
-
-    @property
-    def rollout_id(self) -> str: ...
-    @property
-    def task(self) -> str: ...
-    @property
-    def agent(self) -> str | None: ...
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def repeat(self) -> int: ...
 
 
 def read_batch(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -96,30 +72,6 @@ def read_batch(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc  # type: ignore[no-any-return]
 
 
-def _check_id(rollout_id: str) -> str:
-    if not _ID.fullmatch(rollout_id):
-        raise ValueError(f"bad rollout id {rollout_id!r}: use letters, digits, '.', '_', '-'")
-    return rollout_id
-
-
-def _index_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The index columns a rollout update sets (flattening `error` and `usage`)."""
-    out = {k: v for k, v in fields.items() if k in _PLAIN_COLUMNS}
-    if "error" in fields:
-        error = fields["error"] if isinstance(fields["error"], Mapping) else {}
-        out["error_phase"] = error.get("phase")
-        out["error_type"] = error.get("type")
-    if "usage" in fields:
-        usage = fields["usage"] if isinstance(fields["usage"], Mapping) else {}
-        out["input_tokens"] = usage.get("input_tokens")
-        out["output_tokens"] = usage.get("output_tokens")
-    return out
-
-
-_PLAIN_COLUMNS = frozenset(
-    {"task", "agent", "model", "repeat", "status", "phase", "attempt", "reward", "cost"}
-    | {"started_at", "ended_at"}
-)
 _RESET = {"reward": None, "error": None, "usage": None, "cost": None, "ended_at": None}
 _SNAPSHOT = (
     *("id", "task", "agent", "model", "repeat"),
@@ -346,7 +298,7 @@ class BatchStore:
                 "status": "queued",
             }
             self._next_seq += 1
-            changes[_check_id(a.rollout_id)] = fields
+            changes[check_id(a.rollout_id)] = fields
             lines += self._encode({"t": now, "type": "assigned", "id": a.rollout_id, **fields})
         self._append_events(bytes(lines), changes)
         self.flush()
@@ -523,9 +475,9 @@ class BatchStore:
         for rid, status in rows:
             if f"{rid}.json" not in present:
                 continue
-            record = _load_record(os.path.join(self._rollouts, f"{rid}.json"))
+            record = load_record(os.path.join(self._rollouts, f"{rid}.json"))
             if record and record.get("status") != status:
-                fields = _index_fields(record)
+                fields = index_fields(record)
                 self._append_events(
                     self._encode({"t": time.time(), "type": "rollout", "id": rid, **fields}),
                     {rid: fields},
@@ -552,148 +504,3 @@ def _lock_dir(path: str, durability: str) -> int:
         os.close(fd)
         raise StoreError(f"{path} is open for writing by another process") from None
     return fd
-
-
-def _load_record(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            record = orjson.loads(f.read())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-class RolloutRecorder:
-    """Writes one rollout: its record (`rollouts/<id>.json`) and its folder's files.
-
-    Get one from `BatchStore.begin`. The folder `rollouts/<id>/` is made only when the
-    rollout first writes something that lives there.
-    """
-
-    def __init__(self, store: BatchStore, assignment: PlannedRollout, attempt: int) -> None:
-        self.id = _check_id(assignment.rollout_id)
-        self.attempt = attempt
-        self._store = store
-        self.record_path = os.path.join(store._rollouts, f"{self.id}.json")
-        self.folder = os.path.join(store._rollouts, self.id)
-        self.record: dict[str, Any] = _load_record(self.record_path)
-        # A folder can predate this recorder only in a reopened store or for a rollout
-        # with a record; then its streams may end in a torn line, cut before appending.
-        may_exist = store._reopened or bool(self.record)
-        self._has_folder = may_exist and os.path.isdir(self.folder)
-        self._cut_tails = self._has_folder
-        self._checked: set[str] = set()
-
-    def update(self, *, write: bool = True, **fields: Any) -> None:
-        """Merge `fields` into the record and replace it; index the columns among them.
-
-        Indexed: `task`, `agent`, `model`, `repeat`, `status`, `phase`, `attempt`,
-        `reward`, `cost`, `started_at`, `ended_at`, `error` (a mapping: its `phase`
-        and `type`) and `usage` (a mapping: its `input_tokens` and `output_tokens`).
-        Anything else JSON-able is kept in the record only (e.g. `result`, `trace`,
-        `stop_reason`, `prompt`). With `write=False` the record file is left for a
-        later update (the event and the index still get the indexed columns).
-        """
-        store = self._store
-        store._check()
-        self.record.update(fields)
-        if write:
-            _files.write_atomic(self.record_path, store._encode(self.record), sync=store._strict)
-            store._touched()
-        indexed = _index_fields(fields)
-        if indexed:
-            event = {"t": time.time(), "type": "rollout", "id": self.id, **indexed}
-            store._append_events(store._encode(event), {self.id: indexed})
-
-    def finish(self, status: str, **fields: Any) -> None:
-        """Record the outcome (`completed`, `failed`, `interrupted`), `ended_at` now."""
-        fields.setdefault("ended_at", time.time())
-        self.update(status=status, **fields)
-
-    def append_turn(self, turn: Mapping[str, Any]) -> None:
-        """Append one model turn to `model_turns.jsonl`."""
-        self._append("model_turns.jsonl", self._store._encode(turn))
-
-    def append_step(self, step: Mapping[str, Any]) -> None:
-        """Append one trace step to `trace.jsonl` (for traces streamed as they grow)."""
-        self._append("trace.jsonl", self._store._encode(step))
-
-    def log(self, text: str) -> None:
-        """Append `text` to `log.txt`."""
-        data = text.encode("utf-8", "replace")
-        self._append("log.txt", data if self._store._redact is None else self._store._redact(data))
-
-    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
-        """Replace `checkpoint.json`: the model-visible state to continue from."""
-        self._replace(os.path.join(self._dir(), "checkpoint.json"), self._store._encode(state))
-
-    def set_evaluation(self, status: Mapping[str, Any]) -> None:
-        """Replace `evaluation/status.json` (grading progress and outcome)."""
-        folder = self._dir("evaluation")
-        self._replace(os.path.join(folder, "status.json"), self._store._encode(status))
-
-    def add_artifact(self, name: str, data: bytes) -> str:
-        """Write `artifacts/<name>` and append its SHA-256 to `artifacts/SHA256SUMS`.
-
-        The manifest is `sha256sum -c` format. Returns the hex digest.
-
-        Raises:
-            ValueError: `name` is not a plain file name.
-        """
-        if not _ARTIFACT.fullmatch(name) or name in (".", "..", "SHA256SUMS"):
-            raise ValueError(f"bad artifact name {name!r}")
-        folder = self._dir("artifacts")
-        self._replace(os.path.join(folder, name), data)
-        digest = hashlib.sha256(data).hexdigest()
-        _files.append_bytes(
-            os.path.join(folder, "SHA256SUMS"),
-            f"{digest}  {name}\n".encode(),
-            sync=self._store._strict,
-        )
-        return digest
-
-    def archive(self) -> None:
-        """Move this rollout's record and files to `rollouts/<id>/attempts/<n>/`."""
-        old = self.record.get("attempt", 0)
-        target = os.path.join(self.folder, "attempts", str(old))
-        os.makedirs(target, exist_ok=True)
-        if os.path.isdir(self.folder):
-            for name in os.listdir(self.folder):
-                if name != "attempts":
-                    os.replace(os.path.join(self.folder, name), os.path.join(target, name))
-        os.replace(self.record_path, os.path.join(target, "rollout.json"))
-        if self._store._strict:
-            for folder in (target, self.folder, self._store._rollouts):
-                _files.fsync_dir(folder)
-        self._store._touched()
-        self.record = {}
-        self._has_folder = True
-
-    def _dir(self, sub: str | None = None) -> str:
-        if not self._has_folder:
-            os.makedirs(self.folder, exist_ok=True)
-            if self._store._strict:
-                _files.fsync_dir(self._store._rollouts)
-            self._has_folder = True
-        if sub is None:
-            return self.folder
-        path = os.path.join(self.folder, sub)
-        if not os.path.isdir(path):
-            os.mkdir(path)
-            if self._store._strict:
-                _files.fsync_dir(self.folder)
-        return path
-
-    def _append(self, name: str, data: bytes) -> None:
-        self._store._check()
-        path = os.path.join(self._dir(), name)
-        if self._cut_tails and name not in self._checked:
-            _files.truncate_torn_tail(path)
-            self._checked.add(name)
-        _files.append_bytes(path, data, sync=self._store._strict)
-        self._store._touched()
-
-    def _replace(self, path: str, data: bytes) -> None:
-        self._store._check()
-        _files.write_atomic(path, data, sync=self._store._strict)
-        self._store._touched()
