@@ -21,6 +21,8 @@ LAYERS = [
     "_urls",
     "_environ",
     "_uids",
+    "_tempdirs",
+    "_usererror",
     "_reads",
     "_http",
     "records",
