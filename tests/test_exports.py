@@ -98,7 +98,7 @@ def _is_exception(value: object) -> bool:
 
 def test_unknown_attribute_is_an_attribute_error() -> None:
     try:
-        proctor.nope  # type: ignore[attr-defined]  # noqa: B018
+        proctor.nope  # noqa: B018
     except AttributeError as exc:
         assert "nope" in str(exc)
     else:

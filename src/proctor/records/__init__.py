@@ -2,7 +2,7 @@
 
 `Task` (a row: environment, template id, args), `Grade` (reward, subscores, info) and
 the `Trace` of `Step`s a rollout leaves behind, with `RunError` and `JobStats`. This
-package imports nothing else of proctor, so the environment, the wire, the runtimes
+package imports only proctor's leaves, so the environment, the wire, the runtimes
 and the engine can all share it; `Task` (pydantic) loads when first touched.
 """
 
