@@ -190,12 +190,7 @@ class _Host:
         forbid it themselves once they have theirs.
         """
         runtime = self.runtime
-        argv: list[str] = []
-        if self.as_root:
-            assert self.helper is not None and self.helper.pid is not None
-            uid = str(runtime.host_uid)
-            mnt = f"--mount=/proc/{self.helper.pid}/ns/mnt"
-            argv += [self.nsenter, mnt, "--setuid", uid, "--setgid", uid, "--"]
+        argv = self._entered()
         argv += [runtime.bwrap, "--unshare-all", "--unshare-user"]
         if info_fd is not None:
             argv.append("--disable-userns")
@@ -203,6 +198,29 @@ class _Host:
             argv.append("--share-net")
         argv += ["--die-with-parent", "--cap-drop", "ALL", "--new-session"]
         argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
+        argv += self._environment()
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        for point in ("/dev/shm", "/tmp", WORKDIR):
+            argv += [*(["--size", str(tmpfs)] if tmpfs else []), "--tmpfs", point]
+        argv += ["--chdir", WORKDIR, *self._binds()]  # after the tmpfs: a bind under /tmp shows
+        if ctl is not None:
+            argv += ["--bind", str(ctl), CONTROL_DIR]
+        argv += ["--remount-ro", "/dev", "--remount-ro", "/"]  # the mount points stay writable
+        if info_fd is not None:
+            argv += ["--as-pid-1", "--info-fd", str(info_fd)]
+        return [*argv, "--", *command]
+
+    def _entered(self) -> list[str]:
+        """As root: nsenter into the mount helper's namespace, as the sandbox's host uid."""
+        if not self.as_root:
+            return []
+        assert self.helper is not None and self.helper.pid is not None
+        uid = str(self.runtime.host_uid)
+        mnt = f"--mount=/proc/{self.helper.pid}/ns/mnt"
+        return [self.nsenter, mnt, "--setuid", uid, "--setgid", uid, "--"]
+
+    def _environment(self) -> list[str]:
+        """An emptied environment, then the sandbox's own and the runtime's `env`."""
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": WORKDIR,
@@ -210,28 +228,24 @@ class _Host:
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
-            **runtime.env,
+            **self.runtime.env,
         }
-        argv.append("--clearenv")
+        argv = ["--clearenv"]
         for key, value in env.items():
             argv += ["--setenv", key, value]
-        argv += ["--proc", "/proc", "--dev", "/dev"]
-        for point in ("/dev/shm", "/tmp", WORKDIR):
-            argv += [*(["--size", str(tmpfs)] if tmpfs else []), "--tmpfs", point]
-        argv += ["--chdir", WORKDIR]
-        for path in SYSTEM:  # binds after the tmpfs mounts, so a bind under /tmp shows
+        return argv
+
+    def _binds(self) -> list[str]:
+        """The system's folders and links, then the Python, the source and `binds`."""
+        argv: list[str] = []
+        for path in SYSTEM:
             if os.path.islink(path):
                 argv += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 argv += ["--ro-bind", path, path]
         for option, src, dest in self.binds:
             argv += [option, src, dest]
-        if ctl is not None:
-            argv += ["--bind", str(ctl), CONTROL_DIR]
-        argv += ["--remount-ro", "/dev", "--remount-ro", "/"]  # the mount points stay writable
-        if info_fd is not None:
-            argv += ["--as-pid-1", "--info-fd", str(info_fd)]
-        return [*argv, "--", *command]
+        return argv
 
     async def close(self) -> None:
         helper, self.helper = self.helper, None
