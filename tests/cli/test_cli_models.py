@@ -29,7 +29,12 @@ async def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> tuple
         cwd=REPO,
         env=None if env is None else {**os.environ, **env},
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        if proc.returncode is None:  # timed out or cancelled: never leave it running
+            proc.kill()
+            await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
