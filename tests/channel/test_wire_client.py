@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from wire_helpers import TIMEOUT, Probe, build_env, frame, until
 
+from _support.daemons import echo_back
 from proctor import (
     ChannelClosed,
     ConnectError,
@@ -407,20 +408,9 @@ async def test_interruptions_are_task_cancelled_whoever_says_them(fake, message:
             await client.start_task("t")
 
 
-async def _unix_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except ConnectionError:
-        pass
-    finally:
-        writer.close()
-
-
 async def test_a_unix_capability_is_forwarded_on_a_private_unix_socket(tmp_path) -> None:
     path = str(tmp_path / "echo.sock")
-    daemon = await asyncio.start_unix_server(_unix_echo, path)
+    daemon = await asyncio.start_unix_server(echo_back, path)
     caps = [
         Capability("raw", "echo/1", f"unix://{path}"),
         Capability("web", "http", http_unix_url(path, "/mcp?x=1")),

@@ -21,7 +21,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from mcp.server.mcpserver import MCPServer
 
-from proctor.channel import Client, Server, connect
+from _support.daemons import echo_back
+from proctor.channel import EnvClient, EnvServer, connect
 from proctor.env import Capability, Environment, ShellClient
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid nobody needs root")
@@ -97,17 +98,6 @@ async def probe(targets: list[tuple[str, str]], *, uid: int | None) -> list[dict
     return results
 
 
-async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except ConnectionError:
-        pass
-    finally:
-        writer.close()
-
-
 def build_env(echo_port: int) -> Environment:
     env = Environment("isolation")
     env.add_shell(timeout=10)
@@ -125,12 +115,12 @@ def build_env(echo_port: int) -> Environment:
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[Environment, Client]]:
+async def served() -> AsyncIterator[tuple[Environment, EnvClient]]:
     """An environment with a shell, an MCP server and a TCP echo, behind a token, and a
     client connected to it."""
-    echo = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    echo = await asyncio.start_server(echo_back, "127.0.0.1", 0)
     env = build_env(echo.sockets[0].getsockname()[1])
-    server = Server(env, token=TOKEN)
+    server = EnvServer(env, token=TOKEN)
     await env.start()
     try:
         host, port = await server.listen()
@@ -144,7 +134,7 @@ async def served() -> AsyncIterator[tuple[Environment, Client]]:
 
 
 async def test_another_uid_reaches_no_capability_server_directly(
-    served: tuple[Environment, Client],
+    served: tuple[Environment, EnvClient],
 ) -> None:
     env, _ = served
     targets = [
@@ -159,7 +149,7 @@ async def test_another_uid_reaches_no_capability_server_directly(
 
 
 async def test_another_uid_gets_nothing_through_the_forwarders(
-    served: tuple[Environment, Client],
+    served: tuple[Environment, EnvClient],
 ) -> None:
     _, client = served
     targets = [
@@ -181,7 +171,7 @@ async def test_another_uid_gets_nothing_through_the_forwarders(
 
 
 async def test_forwarder_sockets_live_in_a_private_dir_removed_at_close(
-    served: tuple[Environment, Client],
+    served: tuple[Environment, EnvClient],
 ) -> None:
     env, client = served
     shell = client.binding("shell")
