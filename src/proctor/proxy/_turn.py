@@ -102,63 +102,67 @@ class Turn:
             raise
 
     async def _forward(self) -> Response:
-        client = self.client
-        clock = self.retrier.clock
         while True:
-            t0 = clock.now()
-            try:
-                resp = await client.request(
-                    "POST", self.url, headers=self.headers, body=self.payload
-                )
-            except HttpError as exc:
-                wait = self._attempt("transport", None, str(exc), None, t0)
-                if wait is None:
-                    return self._give_up(502, f"upstream unreachable: {exc}")
-                if not await self._backoff(wait):
-                    return self._ended()
-                continue
-            if 200 <= resp.status < 300 and self.stream:
-                return self._relay(resp, t0)
-            try:
-                data = await resp.read()
-            except HttpError as exc:
-                await resp.aclose()
-                wait = self._attempt("transport", resp.status, str(exc), None, t0)
-                if wait is None:
-                    return self._give_up(502, f"upstream broke off: {exc}")
-                if not await self._backoff(wait):
-                    return self._ended()
-                continue
-            if 200 <= resp.status < 300:
-                try:
-                    parsed = orjson.loads(data)
-                    problem = check_response(self.api, parsed)
-                except orjson.JSONDecodeError:
-                    parsed, problem = None, "response body is not JSON"
-                if problem is None:
-                    self._attempt("ok", resp.status, None, None, t0)
-                    return self._finish(resp, data, parsed, None)
-                wait = self._attempt("malformed", resp.status, problem, None, t0)
-                if wait is None:
-                    return self._give_up(502, f"upstream kept answering malformed: {problem}")
-                if not await self._backoff(wait):
-                    return self._ended()
-                continue
-            if resp.status in (401, 403):
-                # The upstream refused the proxy's own credentials: its body may quote
-                # them (masked or not), so neither the harness nor the trace sees it.
-                msg = f"the upstream refused the proxy's credentials (HTTP {resp.status})"
-                self._attempt("refused", resp.status, msg, None, t0)
-                return self._give_up(502, msg)
-            cause = classify_status(resp.status, data)
-            retry_after = retry_after_from(resp.headers, time.time())
-            wait = self._attempt(cause, resp.status, _snippet(data), retry_after, t0)
-            if wait is None or cause in ("oversize", "refused"):
-                # The provider's own refusal goes back verbatim. The proxy cannot shrink a
-                # harness's payload, so a 413 is never resent.
-                return self._finish(resp, data, None, f"upstream answered {resp.status}")
-            if not await self._backoff(wait):
+            outcome = await self._try()
+            if isinstance(outcome, Response):
+                return outcome
+            if not await self._backoff(outcome):
                 return self._ended()
+
+    async def _try(self) -> Response | float:
+        """One attempt: the answer to give, or the seconds to wait before the next."""
+        t0 = self.retrier.clock.now()
+        try:
+            resp = await self.client.request(
+                "POST", self.url, headers=self.headers, body=self.payload
+            )
+        except HttpError as exc:
+            return self._retry("transport", None, str(exc), t0, f"upstream unreachable: {exc}")
+        if 200 <= resp.status < 300 and self.stream:
+            return self._relay(resp, t0)
+        try:
+            data = await resp.read()
+        except HttpError as exc:
+            await resp.aclose()
+            return self._retry("transport", resp.status, str(exc), t0, f"upstream broke off: {exc}")
+        if 200 <= resp.status < 300:
+            return self._answered(resp, data, t0)
+        if resp.status in (401, 403):
+            # The upstream refused the proxy's own credentials: its body may quote
+            # them (masked or not), so neither the harness nor the trace sees it.
+            msg = f"the upstream refused the proxy's credentials (HTTP {resp.status})"
+            self._attempt("refused", resp.status, msg, None, t0)
+            return self._give_up(502, msg)
+        cause = classify_status(resp.status, data)
+        retry_after = retry_after_from(resp.headers, time.time())
+        wait = self._attempt(cause, resp.status, _snippet(data), retry_after, t0)
+        if wait is None or cause in ("oversize", "refused"):
+            # The provider's own refusal goes back verbatim. The proxy cannot shrink a
+            # harness's payload, so a 413 is never resent.
+            return self._finish(resp, data, None, f"upstream answered {resp.status}")
+        return wait
+
+    def _answered(self, resp: ClientResponse, data: bytes, t0: float) -> Response | float:
+        """A 2xx body: the turn's answer, or a retry when it is malformed."""
+        try:
+            parsed = orjson.loads(data)
+            problem = check_response(self.api, parsed)
+        except orjson.JSONDecodeError:
+            parsed, problem = None, "response body is not JSON"
+        if problem is None:
+            self._attempt("ok", resp.status, None, None, t0)
+            return self._finish(resp, data, parsed, None)
+        give_up = f"upstream kept answering malformed: {problem}"
+        return self._retry("malformed", resp.status, problem, t0, give_up)
+
+    def _retry(
+        self, cause: str, status: int | None, error: str, t0: float, give_up: str
+    ) -> Response | float:
+        """A failed attempt: the wait before the next, or a 502 once retries are spent."""
+        wait = self._attempt(cause, status, error, None, t0)
+        if wait is None:
+            return self._give_up(502, give_up)
+        return wait
 
     async def _backoff(self, wait: float) -> bool:
         """Sleep before the next try; False if the rollout ended meanwhile."""
