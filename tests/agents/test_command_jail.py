@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from proctor import Environment, rollout
+from proctor._tempdirs import owner
+from proctor._uids import HOST_UIDS
 from proctor.agents import CommandAgent
 from proctor.proxy import InterceptionProxy, Upstream
 from proctor.testing import FakeModelServer, Reply
 
 HERE = Path(__file__).parent
-JAIL_UID = 65534
+JAIL_UID = 65534  # inside an unprivileged user namespace
 HOME_DIR = os.path.expanduser("~")
 
 # Fake secrets in the driver's environment; each holds a marker the scan looks for.
@@ -78,9 +80,12 @@ async def test_harness_finds_none_of_the_drivers_secrets(tmp_path: Path) -> None
     assert seen["env"]["OPENAI_API_KEY"].startswith("sk-proctor-")
     # It looked: its own environment and /proc entries were readable.
     assert any(p["environ"] and "sk-proctor-" in p["environ"] for p in seen["procs"].values())
-    # Another uid on the host (files it makes are nobody's when the driver is root).
-    assert dump.stat().st_uid == (JAIL_UID if os.geteuid() == 0 else os.geteuid())
-    assert seen["uid"] == JAIL_UID
+    # Another uid on the host: as root a fresh one of its own (not nobody, whom other
+    # processes share), else the driver's uid behind a user namespace.
+    if os.geteuid() == 0:
+        assert dump.stat().st_uid in HOST_UIDS and seen["uid"] == dump.stat().st_uid
+    else:
+        assert dump.stat().st_uid == os.geteuid() and seen["uid"] == JAIL_UID
     # Its own pid namespace: a handful of processes, none of them the driver.
     assert len(seen["procs"]) <= 4
     assert not any("jail_driver" in (p["cmdline"] or "") for p in seen["procs"].values())
@@ -150,8 +155,8 @@ async def test_a_working_directory_the_jail_should_not_show_fails_the_run(tmp_pa
 async def test_folders_of_a_killed_driver_are_removed_by_the_next_start() -> None:
     dead = await asyncio.create_subprocess_exec("true")
     await dead.wait()
-    stale = Path(tempfile.gettempdir(), f"proctor-jail-{dead.pid}-stale")
-    live = Path(tempfile.gettempdir(), f"proctor-jail-{os.getpid()}-live")
+    stale = Path(tempfile.gettempdir(), f"proctor-jail-{dead.pid}-123-stale")
+    live = Path(tempfile.gettempdir(), f"proctor-jail-{owner(os.getpid())}-live")
     try:
         for folder in (stale, live):
             (folder / "s").mkdir(parents=True)

@@ -232,13 +232,13 @@ def test_the_schema_forbids_unknown_fields_everywhere() -> None:
 
 def test_timeouts_and_limits_become_the_engine_and_proxy_values() -> None:
     from proctor.engine import Timeouts
-    from proctor.proxy import Limits
+    from proctor.proxy import ModelLimits
 
     cfg = BatchConfig.model_validate(
         config(timeouts={"rollout": 60, "agent": 50}, limits={"max_turns": 4, "max_cost": 0.2})
     )
     assert cfg.timeouts.to_timeouts() == Timeouts(rollout=60, agent=50)
-    assert cfg.limits.to_limits() == Limits(max_turns=4, max_cost=0.2)
+    assert cfg.limits.to_limits() == ModelLimits(max_turns=4, max_cost=0.2)
 
 
 def test_the_digest_is_stable_and_follows_the_content(tmp_path: Path) -> None:
@@ -260,7 +260,7 @@ def test_every_runtime_kind_builds_its_provider(
         "sandbox": runtimes.SandboxRuntime,
         "container": runtimes.ContainerRuntime,
         "ray": runtimes.RayRuntime,
-        "url": runtimes.Runtime,
+        "url": runtimes.UrlRuntime,
     }
     rows: list[dict[str, Any]] = [
         {"kind": "local"},

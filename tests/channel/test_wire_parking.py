@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from wire_helpers import TIMEOUT, Raw, error, result, until
 
-from proctor.channel import MAX_FRAME, Server, connect
+from proctor.channel import MAX_FRAME, EnvServer, connect
 
 
-async def start_and_drop(raw, server: Server, tag: str) -> tuple[str, str]:
+async def start_and_drop(raw, server: EnvServer, tag: str) -> tuple[str, str]:
     """Start `guarded` on a connection of its own and drop it; returns (session id, token)."""
     conn = await raw()
     hello = await conn.result("hello")
@@ -120,8 +120,8 @@ async def test_errors_never_name_other_sessions(raw, server, probe) -> None:
 
 
 @pytest.fixture
-async def legacy(env) -> AsyncIterator[tuple[Server, Callable[[], Awaitable[Raw]]]]:
-    server = Server(env, legacy_resume=True)
+async def legacy(env) -> AsyncIterator[tuple[EnvServer, Callable[[], Awaitable[Raw]]]]:
+    server = EnvServer(env, legacy_resume=True)
     addr = await server.tcp_address()
     opened: list[Raw] = []
 
@@ -172,7 +172,7 @@ async def test_legacy_grade_with_several_parked_tasks_names_them_as_hud_does(leg
 
 
 async def test_3000_start_and_drop_cycles_stay_within_the_cap(env, probe) -> None:
-    server = Server(env, max_parked=20)
+    server = EnvServer(env, max_parked=20)
     try:
         tracemalloc.start()
         for i in range(3000):
@@ -196,7 +196,7 @@ async def test_3000_start_and_drop_cycles_stay_within_the_cap(env, probe) -> Non
 
 
 async def test_parking_is_capped_in_bytes_too(env, probe) -> None:
-    server = Server(env, max_parked_bytes=40 * 1024)  # two tasks of 16 KiB and a bit
+    server = EnvServer(env, max_parked_bytes=40 * 1024)  # two tasks of 16 KiB and a bit
     addr = await server.tcp_address()
     opened: list[Raw] = []
 
@@ -245,7 +245,7 @@ async def test_a_drop_without_a_task_leaves_nothing(raw, server) -> None:
 
 
 async def test_parked_tasks_expire_after_the_ttl(env, probe) -> None:
-    server = Server(env, park_ttl=0.05)
+    server = EnvServer(env, park_ttl=0.05)
     addr = await server.tcp_address()
     try:
         conn = Raw(*await asyncio.open_connection(*addr))
@@ -264,7 +264,7 @@ async def test_parked_tasks_expire_after_the_ttl(env, probe) -> None:
 
 
 async def test_aclose_finishes_every_task(env, probe) -> None:
-    server = Server(env)
+    server = EnvServer(env)
     addr = await server.tcp_address()
     conns = [Raw(*await asyncio.open_connection(*addr)) for _ in range(3)]
     await conns[0].result("tasks.start", {"id": "guarded", "args": {"tag": "live"}})
@@ -330,7 +330,7 @@ async def test_frames_before_an_oversized_one_in_the_same_write_are_answered(ser
 
 
 async def test_aclose_finishes_an_idle_session_task(env, probe) -> None:
-    server = Server(env)
+    server = EnvServer(env)
     conn = Raw(*await asyncio.open_connection(*await server.tcp_address()))
     await conn.result("tasks.start", {"id": "guarded", "args": {"tag": "idle"}})
     await server.aclose()

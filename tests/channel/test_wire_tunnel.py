@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from wire_helpers import TIMEOUT, Raw, build_env, error, result, until
 
-from proctor.channel import Server
+from proctor.channel import EnvServer
 from proctor.env import Capability
 
 OPEN_ECHO = b'{"jsonrpc":"2.0","id":1,"method":"tunnel.open","params":{"capability":"echo"}}\n'
@@ -108,7 +108,7 @@ async def test_a_client_leaving_closes_the_daemon_side(raw, server) -> None:
 
 @pytest.fixture
 async def guarded(env) -> AsyncIterator[tuple[str, int]]:
-    srv = Server(env, token="s3cret-☃")
+    srv = EnvServer(env, token="s3cret-☃")
     yield await srv.listen("127.0.0.1", 0)
     await srv.aclose()
 
@@ -118,7 +118,7 @@ async def open_raw(addr: tuple[str, int]) -> Raw:
 
 
 async def test_listen_beyond_loopback_needs_a_token(env) -> None:
-    srv = Server(env)
+    srv = EnvServer(env)
     for host in ("0.0.0.0", "", "::", "10.1.2.3", "127.attacker.example", "127.0.0.1.nip.io"):
         with pytest.raises(ValueError, match="requires a token"):
             await srv.listen(host)
@@ -210,7 +210,7 @@ def blackhole() -> Iterator[str]:
 
 
 async def test_a_client_leaving_stops_the_dial(probe, blackhole) -> None:
-    server = Server(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
+    server = EnvServer(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
     try:
         conn = await open_raw(await server.tcp_address())
         await conn.send(OPEN_ECHO.replace(b'"echo"', b'"stuck"'))
@@ -225,7 +225,7 @@ async def test_a_client_leaving_stops_the_dial(probe, blackhole) -> None:
 
 
 async def test_aclose_does_not_wait_for_a_hanging_dial(probe, blackhole) -> None:
-    server = Server(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
+    server = EnvServer(build_env(probe, [Capability("stuck", "tcp", blackhole)]))
     conn = await open_raw(await server.tcp_address())
     await conn.send(OPEN_ECHO.replace(b'"echo"', b'"stuck"'))
     await until(lambda: bool(server._background))

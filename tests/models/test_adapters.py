@@ -13,7 +13,6 @@ from proctor._errors import ModelError, ModelRequestError, PayloadTooLarge, Retr
 from proctor.models import (
     CHECKPOINT,
     ContextPolicy,
-    FakeClock,
     ModelClient,
     ProviderAdapter,
     RetryPolicy,
@@ -21,7 +20,7 @@ from proctor.models import (
     cost,
     model_client,
 )
-from proctor.testing import FakeModelServer, FakeToolCall, Fault, Reply
+from proctor.testing import FakeClock, FakeModelServer, FakeToolCall, Fault, Reply
 
 APIS = ["chat", "responses", "messages"]
 SHELL = ToolSpec(

@@ -17,16 +17,16 @@ from proctor._errors import (
     PayloadTooLarge,
     RetriesExhausted,
 )
-from proctor.models import (
+from proctor.models import RetryPolicy
+from proctor.models._retry import (
     CAUSES,
-    FakeClock,
     Outcome,
     Retrier,
-    RetryPolicy,
     classify_status,
     parse_retry_after,
     retry_after_from,
 )
+from proctor.testing import FakeClock
 
 EXACT = RetryPolicy(jitter=0.0)
 

@@ -10,7 +10,7 @@ import pytest
 
 from proctor import Environment, rollout
 from proctor.agents import CommandAgent
-from proctor.proxy import InterceptionProxy, Limits, Upstream
+from proctor.proxy import InterceptionProxy, ModelLimits, Upstream
 from proctor.testing import FakeModelServer
 
 HARNESS = [sys.executable, str(Path(__file__).with_name("harness.py"))]
@@ -55,7 +55,7 @@ async def test_harness_turns_land_on_the_run_trace(
 
 async def test_budget_stop_reason_reaches_the_run(proxy: InterceptionProxy) -> None:
     agent = CommandAgent(HARNESS, env={"HARNESS_TURNS": "5"}, answer="json")
-    run = await rollout(say(word="pear"), agent, proxy=proxy, limits=Limits(max_turns=2))
+    run = await rollout(say(word="pear"), agent, proxy=proxy, limits=ModelLimits(max_turns=2))
     assert run.error is None
     assert run.stop_reason == "max_turns"
     assert len([s for s in run.trace.steps if s.kind == "model_turn"]) == 2
