@@ -243,21 +243,33 @@ class ShellServer:
         loop = asyncio.get_running_loop()
         proc = _Process(cap, loop)
         t0 = time.monotonic()
-        transport, _ = await loop.subprocess_exec(
-            lambda: proc,
-            self.shell,
-            "-c",
-            command,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=directory,
-            env={**allowed_environ(self.pass_env), **self.env, **(env or {})},
-            start_new_session=True,
+        # Shielded: a cancel while the shell starts must still see its group registered
+        # (and killed, and the shell reaped), or its background children are orphaned.
+        spawn = asyncio.ensure_future(
+            loop.subprocess_exec(
+                lambda: proc,
+                self.shell,
+                "-c",
+                command,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=directory,
+                env={**allowed_environ(self.pass_env), **self.env, **(env or {})},
+                start_new_session=True,
+            )
         )
+        try:
+            transport, _ = await asyncio.shield(spawn)
+            cancelled = False
+        except asyncio.CancelledError:
+            transport, _ = await spawn
+            cancelled = True
         pgid = transport.get_pid()
         self._groups.add(pgid)
         try:
+            if cancelled:
+                raise asyncio.CancelledError
             if stdin is not None:
                 _feed(transport, stdin)
             timed_out = await proc.finish(pgid, limit, self.linger)
