@@ -229,8 +229,11 @@ class ContainerRuntime(Runtime):
                 if attempt == _PORT_ATTEMPTS or _PORT_TAKEN not in str(exc):
                     raise
                 log.debug("%s: host port taken; starting a fresh container", container.name)
-            except BaseException:
-                await container.stop()
+            except BaseException as exc:
+                try:
+                    await container.stop()
+                except Exception as failed:  # never in place of the cancellation or error
+                    exc.add_note(f"and stopping {container.name} failed: {failed}")
                 raise
         try:
             yield endpoint
@@ -434,7 +437,10 @@ class _Container:
                 killpg(proc.pid, signal.SIGTERM)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), _GIVE_UP)
-                await spec._remove(self.name, 0)
+                # Best effort: the engine may still be cleaning up ("device or resource
+                # busy"); the removal once the client is reaped, below, is the one that counts.
+                with contextlib.suppress(RuntimeLaunchError):
+                    await spec._remove(self.name, 0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), REAP)  # it ends with its container
             if proc.returncode is None:
