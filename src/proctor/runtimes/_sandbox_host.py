@@ -13,21 +13,19 @@ import contextlib
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .._errors import RuntimeLaunchError
+from .._tempdirs import owned_tempdir, sweep
 from ._process import REAP, Child
 from ._warm import Forked, request
 
@@ -49,35 +47,10 @@ SANDBOX_UID = 65534  # nobody, inside the sandbox
 HOST_UIDS = range(0x70000000, 0x7FFE0000)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
-_FOLDER = "proctor-sandbox-"  # then the owner's PID-START, then mkdtemp's suffix
-
-
-def _owner(pid: int) -> str | None:
-    """`PID-START` of a live process (its start time in /proc/PID/stat), else None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return None if fields[0] == "Z" else f"{pid}-{fields[19]}"
-
 
 def _reconcile(tmpdir: str | Path) -> list[Path]:
-    removed = []
-    try:
-        entries = list(os.scandir(tmpdir))
-    except OSError:
-        return []
-    for entry in entries:
-        found = re.fullmatch(rf"{_FOLDER}(\d+)-(\d+)-.+", entry.name)
-        if found is None or _owner(int(found[1])) == f"{found[1]}-{found[2]}":
-            continue
-        with contextlib.suppress(OSError):
-            info = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
-                shutil.rmtree(entry.path)
-                removed.append(Path(entry.path))
-    return removed
+    """Remove this user's `proctor-sandbox-PID-START-*` folders whose owner is gone."""
+    return sweep("sandbox", tmpdir)
 
 
 class _Host:
@@ -105,8 +78,7 @@ class _Host:
                 f"{runtime.bwrap}: not found; install bubblewrap (apt-get install -y bubblewrap)"
             )
         paths = await _python_paths(runtime)
-        _reconcile(tempfile.gettempdir())
-        host = cls(runtime, Path(tempfile.mkdtemp(prefix=f"{_FOLDER}{_owner(os.getpid())}-")))
+        host = cls(runtime, Path(owned_tempdir("sandbox")))  # sweeps dead owners' first
         try:
             staged = host._layout([*paths, runtime.source, *runtime.binds], runtime.writable)
             if staged:
