@@ -1,0 +1,457 @@
+"""`proctor batch report`: tokens, cost and rewards of an output directory, streamed.
+
+Costs are recomputed per model turn (`rollouts/<id>/model_turns.jsonl`) from the
+pricing recorded in `batch.json`, never from today's table; a rollout without turns
+falls back to its record's `usage` (`"source": "record"`). Rollouts are read one page
+of the index and one turn at a time, so a batch of any size fits in memory (except
+the per-rollout rows of the JSON document). Field reference: docs/batch-report.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ._files import JsonlReader
+from ._read import list_rollouts
+from ._recorder import check_id, load_record
+from ._store import read_batch
+
+__all__ = ["CATEGORIES", "FORMAT", "TIERS", "render_report", "report"]
+
+FORMAT = "proctor.batch.report/1"
+CATEGORIES = ("uncached_input", "cached_input", "cache_write", "output", "reasoning")
+"""Token categories; `reasoning` is a subset of `output` and never added to a total."""
+TIERS = ("standard", "long_context")
+STATUSES = ("completed", "failed", "interrupted", "queued", "running")
+_BILLED = CATEGORIES[:4]
+_PAGE = 1000
+_TOP = 10
+
+
+def report(out: str | os.PathLike[str]) -> dict[str, Any]:
+    """The report of the output directory `out` as a JSON-ready document.
+
+    Works while a runner writes `out` and after a crash (a torn last line of a
+    turns file is left out and counted under `torn`).
+
+    Raises:
+        StoreError: `out` is not a batch output directory.
+    """
+    root = os.fspath(out)
+    meta = read_batch(root)
+    walk = _Walk(root, meta.get("pricing") or {})
+    rows = [walk.rollout(row) for row in _index_rows(root)]
+    return {
+        "format": FORMAT,
+        "out": os.path.abspath(root),
+        "name": meta.get("name"),
+        "batch_id": meta.get("batch_id"),
+        "pricing_as_of": meta.get("pricing_as_of"),
+        "pricing": meta.get("pricing") or {},
+        "unpriced_models": sorted(walk.unpriced_models),
+        "totals": walk.total.to_json(),
+        "by_model": [g.to_json("model", k) for k, g in sorted(walk.by_model.items(), key=_key)],
+        "by_task": [g.to_json("task", k) for k, g in sorted(walk.by_task.items(), key=_key)],
+        "most_expensive": [row for _, _, row in sorted(walk.top, reverse=True)],
+        "torn": walk.torn,
+        "corrupt_lines": walk.corrupt,
+        "rollouts": rows,
+    }
+
+
+def _key(item: tuple[Any, Any]) -> tuple[bool, str]:
+    return item[0] is None, str(item[0])
+
+
+def _index_rows(root: str) -> Iterator[dict[str, Any]]:
+    offset = 0
+    while page := list_rollouts(root, limit=_PAGE, offset=offset):
+        yield from page
+        offset += len(page)
+
+
+# -- arithmetic ------------------------------------------------------------------------
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _tokens(usage: Any) -> tuple[int, dict[str, int]]:
+    """(input tokens, tokens by category) of one usage mapping."""
+    u = usage if isinstance(usage, Mapping) else {}
+    inp, cached, write = (_int(u.get(k)) for k in _USAGE_INPUTS)
+    return inp, {
+        "uncached_input": max(0, inp - cached - write),
+        "cached_input": cached,
+        "cache_write": write,
+        "output": _int(u.get("output_tokens")),
+        "reasoning": _int(u.get("reasoning_tokens")),
+    }
+
+
+_USAGE_INPUTS = ("input_tokens", "cached_input_tokens", "cache_write_tokens")
+
+
+def _is_long(price: Mapping[str, Any], input_tokens: int) -> bool:
+    threshold = price.get("long_context_threshold")
+    return threshold is not None and input_tokens > threshold
+
+
+def _rates(price: Mapping[str, Any], long: bool) -> dict[str, float]:
+    """USD per token of each category (the `Price` rules: cache prices default to input)."""
+    base_in = float(price["input"])
+    in_mult = float(price.get("long_input_multiplier") or 1.0) if long else 1.0
+    out_mult = float(price.get("long_output_multiplier") or 1.0) if long else 1.0
+    out = float(price["output"]) * out_mult / 1e6
+
+    def side(name: str) -> float:
+        value = price.get(name)
+        return (base_in if value is None else float(value)) * in_mult / 1e6
+
+    return {
+        "uncached_input": base_in * in_mult / 1e6,
+        "cached_input": side("cached_input"),
+        "cache_write": side("cache_write"),
+        "output": out,
+        "reasoning": out,
+    }
+
+
+# -- tallies ---------------------------------------------------------------------------
+
+
+class _Tally:
+    """Tokens and cost, by tier and category, of one rollout or a group of them."""
+
+    def __init__(self) -> None:
+        self.tokens = {t: dict.fromkeys(CATEGORIES, 0) for t in TIERS}
+        self.cost = {t: dict.fromkeys(CATEGORIES, 0.0) for t in TIERS}
+        self.recorded: float | None = None
+        self.priced = 0
+        self.unpriced = 0
+
+    def add_usage(self, usage: Any, price: Mapping[str, Any] | None) -> bool:
+        """Add one turn's usage; False when it has tokens but no price."""
+        inp, tokens = _tokens(usage)
+        long = price is not None and _is_long(price, inp)
+        tier = TIERS[long]
+        for cat, n in tokens.items():
+            self.tokens[tier][cat] += n
+        if price is None:
+            return not any(tokens.values())
+        rates = _rates(price, long)
+        for cat, n in tokens.items():
+            self.cost[tier][cat] += n * rates[cat]
+        return True
+
+    def count(self, priced: bool) -> None:
+        """Count this rollout as priced, or as having tokens no price covers."""
+        self.priced, self.unpriced = (1, 0) if priced else (0, 1)
+
+    def add_recorded(self, cost: Any) -> None:
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            self.recorded = (self.recorded or 0.0) + cost
+
+    def merge(self, other: _Tally) -> None:
+        for tier in TIERS:
+            for cat in CATEGORIES:
+                self.tokens[tier][cat] += other.tokens[tier][cat]
+                self.cost[tier][cat] += other.cost[tier][cat]
+        if other.recorded is not None:
+            self.add_recorded(other.recorded)
+        self.priced += other.priced
+        self.unpriced += other.unpriced
+
+    @property
+    def has_cost(self) -> bool:
+        return self.priced > 0 or self.unpriced == 0
+
+    def total_cost(self) -> float | None:
+        return sum(sum(self.cost[t][c] for c in _BILLED) for t in TIERS) if self.has_cost else None
+
+    def to_json(self) -> dict[str, Any]:
+        tiers = {
+            t: _section(self.tokens[t], self.cost[t] if self.has_cost else None) for t in TIERS
+        }
+        both = {c: sum(self.tokens[t][c] for t in TIERS) for c in CATEGORIES}
+        cost = {c: sum(self.cost[t][c] for t in TIERS) for c in CATEGORIES}
+        return {
+            **_section(both, cost if self.has_cost else None),
+            "tiers": tiers,
+            "recorded_cost": self.recorded,
+            "recomputed_cost": self.total_cost(),
+            "unpriced_rollouts": self.unpriced,
+        }
+
+
+def _section(tokens: dict[str, int], cost: dict[str, float] | None) -> dict[str, Any]:
+    input_tokens = sum(tokens[c] for c in _BILLED[:3])
+    return {
+        "tokens": {**tokens, "input": input_tokens, "total": input_tokens + tokens["output"]},
+        "cost": None if cost is None else {**cost, "total": sum(cost[c] for c in _BILLED)},
+    }
+
+
+class _Group:
+    """A tally plus the outcomes (statuses, rewards, errors) of a group of rollouts."""
+
+    def __init__(self) -> None:
+        self.tally = _Tally()
+        self.by_status: Counter[str] = Counter()
+        self.errors_by_phase: Counter[str] = Counter()
+        self.graded = 0
+        self.reward_sum = 0.0
+        self.errors = 0
+
+    def add(self, row: Mapping[str, Any], tally: _Tally) -> None:
+        self.tally.merge(tally)
+        self.by_status[str(row["status"])] += 1
+        if row["reward"] is not None:
+            self.graded += 1
+            self.reward_sum += row["reward"]
+        if row["error_phase"] is not None or row["error"]:
+            self.errors += 1
+            self.errors_by_phase[str(row["error_phase"])] += 1
+
+    def to_json(self, field: str | None = None, key: Any = None) -> dict[str, Any]:
+        head = {} if field is None else {field: key}
+        return {
+            **head,
+            "rollouts": sum(self.by_status.values()),
+            "by_status": {**dict.fromkeys(STATUSES, 0), **self.by_status},
+            "graded": self.graded,
+            "mean_reward": self.reward_sum / self.graded if self.graded else None,
+            "errors": self.errors,
+            "errors_by_phase": dict(sorted(self.errors_by_phase.items())),
+            **self.tally.to_json(),
+        }
+
+
+class _Walk:
+    """Visits rollouts one at a time, adding each to the batch, model and task groups."""
+
+    def __init__(self, root: str, pricing: Mapping[str, Any]) -> None:
+        self.root = root
+        self.pricing = pricing
+        self.total = _Group()
+        self.by_model: dict[str | None, _Group] = {}
+        self.by_task: dict[str | None, _Group] = {}
+        self.unpriced_models: set[str] = set()
+        self.top: list[tuple[float, int, dict[str, Any]]] = []
+        self.torn: dict[str, int] = {}
+        self.corrupt = 0
+        self._ranked = 0
+
+    def rollout(self, index_row: Mapping[str, Any]) -> dict[str, Any]:
+        rid = check_id(str(index_row["id"]))
+        record = load_record(os.path.join(self.root, "rollouts", f"{rid}.json"))
+        row = _outcome(index_row, record)
+        tally, row["source"], row["turns"] = self._usage(rid, row["model"], record)
+        tally.add_recorded(record.get("cost") if record else index_row.get("cost"))
+        for group in (
+            self.total,
+            self.by_model.setdefault(row["model"], _Group()),
+            self.by_task.setdefault(row["task"], _Group()),
+        ):
+            group.add(row, tally)
+        row.update(tally.to_json())
+        del row["unpriced_rollouts"]
+        self._rank(row, tally)
+        return row
+
+    def _usage(self, rid: str, model: str | None, record: Mapping[str, Any]) -> _Usage:
+        path = os.path.join(self.root, "rollouts", rid, "model_turns.jsonl")
+        if os.path.exists(path):
+            return self._turns(rid, path, model)
+        tally = _Tally()
+        usage = record.get("usage")
+        if not isinstance(usage, Mapping):
+            return tally, None, 0
+        tally.count(self._add(tally, model, usage))
+        return tally, "record", 0
+
+    def _turns(self, rid: str, path: str, model: str | None) -> _Usage:
+        tally = _Tally()
+        reader = JsonlReader(path)
+        ok, turns = True, 0
+        for turns, turn in enumerate(reader, 1):  # noqa: B007 (the count after the loop)
+            ok = self._add(tally, model or turn.get("model"), turn.get("usage")) and ok
+        self._note(f"{rid}/model_turns.jsonl", reader)
+        tally.count(ok)
+        return tally, "turns", turns
+
+    def _add(self, tally: _Tally, model: Any, usage: Any) -> bool:
+        name = model if isinstance(model, str) else None
+        if tally.add_usage(usage, self._price(name)):
+            return True
+        self.unpriced_models.add(str(name))
+        return False
+
+    def _price(self, model: str | None) -> Mapping[str, Any] | None:
+        entry = self.pricing.get(model) if model is not None else None
+        if entry is None and model is not None:  # a turn's API model id
+            found = (e for e in self.pricing.values() if isinstance(e, Mapping))
+            entry = next((e for e in found if e.get("model") == model), None)
+        price = entry.get("price") if isinstance(entry, Mapping) else None
+        return price if isinstance(price, Mapping) else None
+
+    def _note(self, name: str, reader: JsonlReader) -> None:
+        if reader.torn:
+            self.torn[name] = reader.torn
+        self.corrupt += reader.corrupt
+
+    def _rank(self, row: dict[str, Any], tally: _Tally) -> None:
+        cost = tally.total_cost()
+        if cost is None:
+            cost = tally.recorded
+        if not cost:
+            return
+        self._ranked += 1
+        item = (cost, -self._ranked, {k: v for k, v in row.items() if k != "tiers"})
+        if len(self.top) < _TOP:
+            heapq.heappush(self.top, item)
+        elif item[0] > self.top[0][0]:
+            heapq.heapreplace(self.top, item)
+
+
+_Usage = tuple[_Tally, str | None, int]
+
+
+def _outcome(index_row: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
+    """The rollout's identity and outcome: from its record, or its index row before one."""
+    out = {"id": index_row["id"]}
+    src = record or index_row
+    for key in ("task", "agent", "model", "repeat", "attempt", "status", "reward"):
+        out[key] = src.get(key, index_row.get(key))
+    if record:
+        error = record.get("error")
+        error = error if isinstance(error, Mapping) else {}
+        out["error_phase"], out["error"] = error.get("phase"), error.get("type")
+    else:
+        out["error_phase"], out["error"] = index_row["error_phase"], index_row["error_type"]
+    return out
+
+
+# -- rendering -------------------------------------------------------------------------
+
+
+def render_report(doc: dict[str, Any]) -> str:
+    """Human text of a `report` document: totals, by model, by task, top 10 by cost."""
+    totals = doc["totals"]
+    parts = [
+        _heading(doc),
+        _status_line(totals),
+        _cost_line(totals),
+        _tokens_table(totals),
+        "By model\n" + _groups_table(doc["by_model"], "model"),
+        "By task\n" + _groups_table(doc["by_task"], "task"),
+        f"Most expensive rollouts (top {_TOP})\n" + _top_table(doc["most_expensive"]),
+    ]
+    if doc["unpriced_models"]:
+        parts.append("Unpriced models (cost unknown): " + ", ".join(doc["unpriced_models"]))
+    if doc["torn"] or doc["corrupt_lines"]:
+        parts.append(
+            f"Left out: {len(doc['torn'])} torn last line(s), "
+            f"{doc['corrupt_lines']} corrupt line(s) in model_turns.jsonl"
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def _heading(doc: Mapping[str, Any]) -> str:
+    name = doc.get("name") or os.path.basename(doc["out"])
+    label = f" ({doc['batch_id']})" if doc.get("batch_id") else ""
+    return f"Batch {name}{label}: {doc['out']}\npricing as of {doc.get('pricing_as_of') or '?'}"
+
+
+def _status_line(totals: Mapping[str, Any]) -> str:
+    statuses = ", ".join(f"{k} {v}" for k, v in totals["by_status"].items())
+    errors = ", ".join(f"{k} {v}" for k, v in totals["errors_by_phase"].items()) or "none"
+    return (
+        f"{totals['rollouts']} rollouts: {statuses}\n"
+        f"graded {totals['graded']}, mean reward {_num(totals['mean_reward'])}; "
+        f"errors {totals['errors']} (by phase: {errors})"
+    )
+
+
+def _cost_line(totals: Mapping[str, Any]) -> str:
+    return (
+        f"cost: recomputed {_usd(totals['recomputed_cost'])}, "
+        f"recorded {_usd(totals['recorded_cost'])}"
+    )
+
+
+def _tokens_table(totals: Mapping[str, Any]) -> str:
+    tiers = totals["tiers"]
+    rows = []
+    for cat in (*CATEGORIES, "total"):
+        cells = [cat + (" (in output)" if cat == "reasoning" else "")]
+        for part in (tiers["standard"], tiers["long_context"], totals):
+            cost = part["cost"]
+            cells += [f"{part['tokens'][cat]:,}", _usd(None if cost is None else cost[cat])]
+        rows.append(cells)
+    head = ["tokens", "standard", "cost", "long context", "cost", "total", "cost"]
+    return _table(head, rows)
+
+
+def _groups_table(groups: list[Mapping[str, Any]], field: str) -> str:
+    head = [field, "rollouts", "graded", "mean reward", "errors", "by phase"]
+    head += ["input", "output", "cost", "recorded"]
+    rows = [
+        [
+            str(g[field]),
+            str(g["rollouts"]),
+            str(g["graded"]),
+            _num(g["mean_reward"]),
+            str(g["errors"]),
+            " ".join(f"{k}:{v}" for k, v in g["errors_by_phase"].items()) or "-",
+            f"{g['tokens']['input']:,}",
+            f"{g['tokens']['output']:,}",
+            _usd(g["recomputed_cost"]),
+            _usd(g["recorded_cost"]),
+        ]
+        for g in groups
+    ]
+    return _table(head, rows)
+
+
+def _top_table(rows: list[Mapping[str, Any]]) -> str:
+    head = ["rollout", "model", "status", "reward", "error", "tokens", "cost", "recorded"]
+    body = [
+        [
+            str(r["id"]),
+            str(r["model"]),
+            str(r["status"]),
+            _num(r["reward"]),
+            r["error_phase"] or "-",
+            f"{r['tokens']['total']:,}",
+            _usd(r["recomputed_cost"]),
+            _usd(r["recorded_cost"]),
+        ]
+        for r in rows
+    ]
+    return _table(head, body)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell: the first left-aligned, the rest right."""
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join((first, *rest)).rstrip()
+
+    return "\n".join([line(head), *(line(r) for r in rows)])
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.4f}"
