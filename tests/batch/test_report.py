@@ -108,7 +108,7 @@ def test_each_token_category_is_counted_and_priced_from_batch_json(tmp_path: Pat
     assert row["recorded_cost"] == 0.5  # the mismatch stays visible
     assert doc["totals"]["recomputed_cost"] == pytest.approx(expected)
     assert doc["totals"]["recorded_cost"] == 0.5
-    assert row["tiers"]["long_context"]["tokens"]["input"] == 0
+    assert row["long_context_tokens"] == 0
 
 
 def test_a_turn_above_the_threshold_is_billed_at_the_long_context_multipliers(
@@ -120,8 +120,10 @@ def test_a_turn_above_the_threshold_is_billed_at_the_long_context_multipliers(
         rec.append_turn(_turn(1, _usage(1000, 100, cached=400)))  # at the threshold: standard
         rec.append_turn(_turn(2, _usage(3000, 200, cached=1000, write=500)))
         rec.finish("completed", reward=0.5)
-    row = _rollout(report(out), "r1")
-    std, long = row["tiers"]["standard"], row["tiers"]["long_context"]
+    doc = report(out)
+    row = _rollout(doc, "r1")
+    std, long = doc["totals"]["tiers"]["standard"], doc["totals"]["tiers"]["long_context"]
+    assert doc["by_model"][0]["tiers"] == doc["totals"]["tiers"]
     assert std["tokens"]["uncached_input"] == 600
     assert std["tokens"]["cached_input"] == 400
     assert std["tokens"]["output"] == 100
@@ -138,6 +140,7 @@ def test_a_turn_above_the_threshold_is_billed_at_the_long_context_multipliers(
     total = (600 * 2 + 400 * 2 + 100 * 8 + (1500 * 2 + 1000 * 2 + 500 * 2.5) * 2 + 200 * 12) / 1e6
     assert row["recomputed_cost"] == pytest.approx(total)
     assert row["tokens"]["input"] == 1000 + 3000
+    assert row["long_context_tokens"] == 3000 + 200
 
 
 def test_unpriced_models_have_no_cost_and_are_listed(tmp_path: Path) -> None:
@@ -276,7 +279,11 @@ def test_the_report_sums_to_hand_computed_numbers_and_renders_the_top_ten(
     assert sum(g["recomputed_cost"] for g in doc["by_task"]) == pytest.approx(expected)
     assert [r["id"] for r in doc["most_expensive"]] == [f"r{i:02d}" for i in range(11, 1, -1)]
     assert len(doc["rollouts"]) == 12
-    text = render_report(doc)
+    lean = report(out, rollouts=False)
+    assert lean["rollouts"] is None
+    assert lean["most_expensive"] == doc["most_expensive"]
+    text = render_report(lean)
+    assert text == render_report(doc)
     assert "r11" in text and "r02" in text
     assert "r00" not in text and "r01" not in text
     assert "By model" in text and "By task" in text
@@ -284,5 +291,5 @@ def test_the_report_sums_to_hand_computed_numbers_and_renders_the_top_ten(
 
 
 def test_a_directory_that_is_not_a_batch_output_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="no batch.json"):
+    with pytest.raises(StoreError, match=r"no batch\.json"):
         report(tmp_path)

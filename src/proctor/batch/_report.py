@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
 from typing import Any
 
 from ._files import JsonlReader
@@ -32,11 +32,13 @@ _PAGE = 1000
 _TOP = 10
 
 
-def report(out: str | os.PathLike[str]) -> dict[str, Any]:
+def report(out: str | os.PathLike[str], *, rollouts: bool = True) -> dict[str, Any]:
     """The report of the output directory `out` as a JSON-ready document.
 
     Works while a runner writes `out` and after a crash (a torn last line of a
-    turns file is left out and counted under `torn`).
+    turns file is left out and counted under `torn`). With `rollouts=False` the
+    per-rollout rows are not kept (`"rollouts": null`): all `render_report` needs,
+    in memory that does not grow with the batch.
 
     Raises:
         StoreError: `out` is not a batch output directory.
@@ -44,7 +46,11 @@ def report(out: str | os.PathLike[str]) -> dict[str, Any]:
     root = os.fspath(out)
     meta = read_batch(root)
     walk = _Walk(root, meta.get("pricing") or {})
-    rows = [walk.rollout(row) for row in _index_rows(root)]
+    rows = []
+    for index_row in _index_rows(root):
+        row = walk.rollout(index_row)
+        if rollouts:
+            rows.append(row)
     return {
         "format": FORMAT,
         "out": os.path.abspath(root),
@@ -59,7 +65,7 @@ def report(out: str | os.PathLike[str]) -> dict[str, Any]:
         "most_expensive": [row for _, _, row in sorted(walk.top, reverse=True)],
         "torn": walk.torn,
         "corrupt_lines": walk.corrupt,
-        "rollouts": rows,
+        "rollouts": rows if rollouts else None,
     }
 
 
@@ -174,6 +180,18 @@ class _Tally:
     def total_cost(self) -> float | None:
         return sum(sum(self.cost[t][c] for c in _BILLED) for t in TIERS) if self.has_cost else None
 
+    def row_json(self) -> dict[str, Any]:
+        """A rollout's: its tokens and cost, and how many tokens were long-context."""
+        long = self.tokens["long_context"]
+        doc = self.to_json()
+        return {
+            "tokens": doc["tokens"],
+            "long_context_tokens": sum(long[c] for c in _BILLED),
+            "cost": doc["cost"],
+            "recorded_cost": self.recorded,
+            "recomputed_cost": doc["recomputed_cost"],
+        }
+
     def to_json(self) -> dict[str, Any]:
         tiers = {
             t: _section(self.tokens[t], self.cost[t] if self.has_cost else None) for t in TIERS
@@ -259,8 +277,7 @@ class _Walk:
             self.by_task.setdefault(row["task"], _Group()),
         ):
             group.add(row, tally)
-        row.update(tally.to_json())
-        del row["unpriced_rollouts"]
+        row.update(tally.row_json())
         self._rank(row, tally)
         return row
 
@@ -278,12 +295,10 @@ class _Walk:
     def _turns(self, rid: str, path: str, model: str | None) -> _Usage:
         tally = _Tally()
         reader = JsonlReader(path)
-        ok, turns = True, 0
-        for turns, turn in enumerate(reader, 1):  # noqa: B007 (the count after the loop)
-            ok = self._add(tally, model or turn.get("model"), turn.get("usage")) and ok
+        priced = [self._add(tally, model or t.get("model"), t.get("usage")) for t in reader]
         self._note(f"{rid}/model_turns.jsonl", reader)
-        tally.count(ok)
-        return tally, "turns", turns
+        tally.count(all(priced))
+        return tally, "turns", len(priced)
 
     def _add(self, tally: _Tally, model: Any, usage: Any) -> bool:
         name = model if isinstance(model, str) else None
@@ -312,7 +327,7 @@ class _Walk:
         if not cost:
             return
         self._ranked += 1
-        item = (cost, -self._ranked, {k: v for k, v in row.items() if k != "tiers"})
+        item = (cost, -self._ranked, row)
         if len(self.top) < _TOP:
             heapq.heappush(self.top, item)
         elif item[0] > self.top[0][0]:
@@ -399,8 +414,8 @@ def _tokens_table(totals: Mapping[str, Any]) -> str:
 
 
 def _groups_table(groups: list[Mapping[str, Any]], field: str) -> str:
-    head = [field, "rollouts", "graded", "mean reward", "errors", "by phase"]
-    head += ["input", "output", "cost", "recorded"]
+    head = [field, "rollouts", "graded", "mean reward", "errors", "input", "output"]
+    head += ["cost", "recorded", "errors by phase"]
     rows = [
         [
             str(g[field]),
@@ -408,22 +423,26 @@ def _groups_table(groups: list[Mapping[str, Any]], field: str) -> str:
             str(g["graded"]),
             _num(g["mean_reward"]),
             str(g["errors"]),
-            " ".join(f"{k}:{v}" for k, v in g["errors_by_phase"].items()) or "-",
             f"{g['tokens']['input']:,}",
             f"{g['tokens']['output']:,}",
             _usd(g["recomputed_cost"]),
             _usd(g["recorded_cost"]),
+            " ".join(f"{k}:{v}" for k, v in g["errors_by_phase"].items()),
         ]
         for g in groups
     ]
-    return _table(head, rows)
+    return _table(head, rows, left={0, 9})
 
 
 def _top_table(rows: list[Mapping[str, Any]]) -> str:
-    head = ["rollout", "model", "status", "reward", "error", "tokens", "cost", "recorded"]
+    if not rows:
+        return "(no rollout has a cost yet)"
+    head = ["rollout", "task", "model", "status", "reward", "error", "tokens", "cost"]
+    head.append("recorded")
     body = [
         [
             str(r["id"]),
+            str(r["task"]),
             str(r["model"]),
             str(r["status"]),
             _num(r["reward"]),
@@ -434,17 +453,19 @@ def _top_table(rows: list[Mapping[str, Any]]) -> str:
         ]
         for r in rows
     ]
-    return _table(head, body)
+    return _table(head, body, left={0, 1, 2, 3, 5})
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    """Columns padded to their widest cell: the first left-aligned, the rest right."""
+def _table(head: list[str], rows: list[list[str]], left: Set[int] = frozenset({0})) -> str:
+    """Columns padded to their widest cell: those in `left` left-aligned, numbers right."""
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join((first, *rest)).rstrip()
+        padded = (
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+        return "  ".join(padded).rstrip()
 
     return "\n".join([line(head), *(line(r) for r in rows)])
 
