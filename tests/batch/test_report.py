@@ -170,6 +170,18 @@ def test_unpriced_models_have_no_cost_and_are_listed(tmp_path: Path) -> None:
     assert "Unpriced models (cost unknown): local/free, other/x" in render_report(doc)
 
 
+def test_a_rollout_without_a_model_is_priced_by_its_turns_api_model(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with _create(out) as store:
+        rec = store.begin(_assign("r1", model=None))
+        rec.append_turn({**_turn(1, _usage(1000, 100)), "model": "small-2025"})
+        rec.finish("completed", reward=1.0)
+    doc = report(out)
+    assert _rollout(doc, "r1")["recomputed_cost"] == pytest.approx((1000 * 2 + 100 * 8) / 1e6)
+    assert doc["by_model"][0]["model"] is None
+    assert doc["unpriced_models"] == []
+
+
 def test_a_rollout_without_turns_falls_back_to_its_record(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with _create(out) as store:
@@ -185,6 +197,27 @@ def test_a_rollout_without_turns_falls_back_to_its_record(tmp_path: Path) -> Non
     assert row["recorded_cost"] == 0.0042
     assert _rollout(doc, "r2")["source"] is None
     assert _rollout(doc, "r2")["recomputed_cost"] == 0.0
+
+
+def test_earlier_attempts_moved_aside_by_a_retry_are_paid_for_too(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    a = _assign("r1")
+    with _create(out) as store:
+        rec = store.begin(a)
+        rec.append_turn(_turn(1, _usage(1000, 100)))
+        rec.finish("failed", error={"phase": "agent", "type": "X", "message": "m"}, cost=0.003)
+        rec = store.begin(a, attempt=2)
+        rec.append_turn(_turn(1, _usage(2000, 50)))
+        rec.finish("completed", reward=1.0, cost=0.004)
+    doc = report(out)
+    row = _rollout(doc, "r1")
+    assert (row["attempt"], row["status"], row["error_phase"]) == (2, "completed", None)
+    assert row["earlier_attempts"] == 1
+    assert row["tokens"]["uncached_input"] == 3000
+    assert row["tokens"]["output"] == 150
+    assert row["recomputed_cost"] == pytest.approx((3000 * 2 + 150 * 8) / 1e6)
+    assert row["recorded_cost"] == pytest.approx(0.007)
+    assert doc["totals"]["errors"] == 0  # the outcome is the last attempt's
 
 
 def test_rewards_statuses_and_errors_by_phase(tmp_path: Path) -> None:

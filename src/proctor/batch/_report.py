@@ -271,6 +271,7 @@ class _Walk:
         row = _outcome(index_row, record)
         tally, row["source"], row["turns"] = self._usage(rid, row["model"], record)
         tally.add_recorded(record.get("cost") if record else index_row.get("cost"))
+        row["earlier_attempts"] = self._earlier(rid, row["model"], tally)
         for group in (
             self.total,
             self.by_model.setdefault(row["model"], _Group()),
@@ -281,10 +282,28 @@ class _Walk:
         self._rank(row, tally)
         return row
 
-    def _usage(self, rid: str, model: str | None, record: Mapping[str, Any]) -> _Usage:
-        path = os.path.join(self.root, "rollouts", rid, "model_turns.jsonl")
+    def _earlier(self, rid: str, model: str | None, tally: _Tally) -> int:
+        """Add the attempts a retry moved aside (their turns were paid for too)."""
+        try:
+            names = os.listdir(os.path.join(self.root, "rollouts", rid, "attempts"))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        attempts = [n for n in names if n.isdigit()]
+        for n in attempts:
+            where = f"{rid}/attempts/{n}"
+            record = load_record(os.path.join(self.root, "rollouts", where, "rollout.json"))
+            part, _, _ = self._usage(where, model, record)
+            part.add_recorded(record.get("cost"))
+            tally.merge(part)
+        if tally.priced + tally.unpriced > 1:
+            tally.count(tally.unpriced == 0)  # one rollout: priced, or not wholly
+        return len(attempts)
+
+    def _usage(self, where: str, model: str | None, record: Mapping[str, Any]) -> _Usage:
+        """The turns (or else the record's usage) of `rollouts/<where>/`."""
+        path = os.path.join(self.root, "rollouts", where, "model_turns.jsonl")
         if os.path.exists(path):
-            return self._turns(rid, path, model)
+            return self._turns(where, path, model)
         tally = _Tally()
         usage = record.get("usage")
         if not isinstance(usage, Mapping):
