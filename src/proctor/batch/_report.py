@@ -232,7 +232,7 @@ class _Group:
         if row["reward"] is not None:
             self.graded += 1
             self.reward_sum += row["reward"]
-        if row["error_phase"] is not None or row["error"]:
+        if row["error_phase"] is not None or row["error_type"]:
             self.errors += 1
             self.errors_by_phase[str(row["error_phase"])] += 1
 
@@ -365,9 +365,9 @@ def _outcome(index_row: Mapping[str, Any], record: Mapping[str, Any]) -> dict[st
     if record:
         error = record.get("error")
         error = error if isinstance(error, Mapping) else {}
-        out["error_phase"], out["error"] = error.get("phase"), error.get("type")
+        out["error_phase"], out["error_type"] = error.get("phase"), error.get("type")
     else:
-        out["error_phase"], out["error"] = index_row["error_phase"], index_row["error_type"]
+        out["error_phase"], out["error_type"] = index_row["error_phase"], index_row["error_type"]
     return out
 
 
