@@ -152,6 +152,15 @@ async def test_default_runtime_finds_the_environment_in_this_process() -> None:
 # --- failure phases -------------------------------------------------------------------------
 
 
+def assert_teardown_failed(run: Run, error: str, *words: str) -> None:
+    """After a grade, a failed teardown keeps the run graded, the error beside it."""
+    assert run.status == "completed" and run.reward == 1.0, run
+    assert run.error is not None
+    assert (run.error.phase, run.error.type) == ("teardown", error), run.error
+    for word in words:
+        assert word in run.error.message, run.error.message
+
+
 def assert_failed(run: Run, phase: str, error: str, *words: str) -> None:
     assert run.status == "failed", run
     assert run.error is not None
@@ -257,8 +266,7 @@ async def test_grading_failure() -> None:
 async def test_teardown_failure_after_a_grade() -> None:
     provider = Wrapped(exit_error=OSError("could not remove sandbox"))
     run = await rollout(echo(text="a"), solver, runtime=provider)
-    assert_failed(run, "teardown", "OSError", "could not remove sandbox")
-    assert run.grade is not None and run.grade.reward == 1.0  # kept for the record
+    assert_teardown_failed(run, "OSError", "could not remove sandbox")
 
 
 async def test_teardown_that_hangs_is_cut_at_its_deadline() -> None:
@@ -266,7 +274,7 @@ async def test_teardown_that_hangs_is_cut_at_its_deadline() -> None:
     t0 = time.monotonic()
     run = await rollout(echo(text="a"), solver, runtime=provider, timeout=Timeouts(teardown=0.2))
     assert time.monotonic() - t0 < 2
-    assert_failed(run, "teardown", "RolloutTimeout", "teardown timed out after 0.2s")
+    assert_teardown_failed(run, "RolloutTimeout", "teardown timed out after 0.2s")
     assert run.error is not None and not provider.exited
 
 

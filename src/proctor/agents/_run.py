@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ChannelError, ProtocolError
@@ -27,19 +28,30 @@ class Run:
     While the agent works, `prompt`, `client` and `binding()` are live; the agent
     records steps on `trace` and puts its final answer in `trace.content`. After the
     rollout, `status` is `completed` with a `grade`, or `failed` with an `error` naming
-    the phase (provisioning, connecting, starting, agent, grading, teardown).
+    the phase (provisioning, connecting, starting, agent, grading). A teardown that fails
+    after the grade keeps the run `completed` with its reward, the error (phase
+    `teardown`) recorded beside it.
+
+    Whoever records the run (a batch) may set `on_phase` (called on every phase change)
+    and `on_checkpoint` (given the agent's `save_checkpoint` states); an agent that
+    supports continuing reads `restored`, the last checkpoint, when it is set.
     """
 
     __slots__ = (
+        "_phase",
         "client",
         "ended_at",
         "error",
         "grade",
         "group_id",
         "job_id",
-        "phase",
+        "launch_attempts",
+        "launch_errors",
+        "on_checkpoint",
+        "on_phase",
         "prompt",
         "proxy_session",
+        "restored",
         "start_result",
         "started_at",
         "status",
@@ -65,7 +77,12 @@ class Run:
         self.grade: Grade | None = None
         self.status: RunStatus = "pending"
         self.error: RunError | None = None
-        self.phase = "provisioning"
+        self.on_phase: Callable[[Run], None] | None = None
+        self.on_checkpoint: Callable[[dict[str, Any]], None] | None = None
+        self.restored: dict[str, Any] | None = None
+        self._phase = "provisioning"
+        self.launch_attempts = 1
+        self.launch_errors: list[RunError] = []
         self.client: EnvClient | None = None
         self.proxy_session: ProxySession | None = None
         self.stop_reason: str | None = None
@@ -75,6 +92,17 @@ class Run:
     def __repr__(self) -> str:
         outcome = f"reward={self.reward}" if self.error is None else f"error={self.error.phase}"
         return f"<Run {self.slug} {self.status} {outcome}>"
+
+    @property
+    def phase(self) -> str:
+        """provisioning, connecting, starting, agent, grading, teardown."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self._phase = value
+        if self.on_phase is not None:
+            self.on_phase(self)
 
     @property
     def slug(self) -> str:
@@ -89,7 +117,9 @@ class Run:
     @property
     def reward(self) -> float | None:
         """The graded reward, or None when the run failed or is not graded yet."""
-        return self.grade.reward if self.grade is not None and self.error is None else None
+        if self.grade is None or (self.error is not None and self.error.phase != "teardown"):
+            return None
+        return self.grade.reward
 
     @property
     def answer(self) -> Any:
@@ -183,9 +213,21 @@ class Run:
         return grade
 
     def fail(self, phase: str, exc: BaseException) -> None:
-        """Mark the run failed in `phase` with `exc` (the engine calls this)."""
-        self.status = "failed"
+        """Mark the run failed in `phase` with `exc` (the engine calls this).
+
+        A teardown failure after the grade keeps the run `completed` and its reward.
+        """
+        if not (phase == "teardown" and self.grade is not None and self.status == "completed"):
+            self.status = "failed"
         self.error = RunError(phase, type(exc).__name__, str(exc) or type(exc).__name__)
+
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        """Hand the model-visible state to continue from to whoever records this run.
+
+        A no-op unless a recorder set `on_checkpoint`; `state` must be JSON-able.
+        """
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(state)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON row for this run (task, grade, error, trace, timing)."""
@@ -217,6 +259,7 @@ class Run:
                 "message": self.error.message,
             },
             "stop_reason": self.stop_reason,
+            "launch_attempts": self.launch_attempts,
             "usage": self.usage,
             "cost": self.cost,
             "started_at": self.started_at,

@@ -97,25 +97,42 @@ class ToolAgent:
         name = self.model if isinstance(self.model, str) else self.model.model
         return f"ToolAgent({name!r}, max_steps={self.settings.max_steps})"
 
+    records_turns = True
+    """Its model turns land on the trace from here, not from an interception proxy."""
+
     async def __call__(self, run: Run) -> None:
         settings = self._settings(run)
         async with AsyncExitStack() as stack:
-            client = await self._client(stack)
+            client = await self._client(run, stack)
             tools = _by_name(
                 [*await run_tools(run, stack, shell_timeout=settings.tool_timeout), *self.tools]
             )
             specs = [t.spec for t in tools.values()]
-            messages = _opening(run.prompt, settings.system_prompt)
+            done, messages, pending = _resume_point(run, settings)
+            if pending:
+                messages += [
+                    await _call_tool(run, tools, c, settings.tool_timeout) for c in pending
+                ]
             response: ModelResponse | None = None
-            for step in range(1, settings.max_steps + 1):
+            for step in range(done + 1, settings.max_steps + 1):
                 messages = self._compact(messages, response)
-                response = await self._turn(run, client, messages, specs, step)
+                run.save_checkpoint({"turns": step - 1, "messages": messages, "in_flight": True})
+                try:
+                    response = await self._turn(run, client, messages, specs, step)
+                except ModelError:
+                    if _budget_spent(run) is None:
+                        raise
+                    return _stopped(run, messages, _budget_spent(run), step - 1)
                 messages.append(response.message)
                 if not response.tool_calls:
                     return _finish(run, response, "answer", step)
+                run.save_checkpoint(
+                    {"turns": step, "messages": messages, "pending": _calls(response)}
+                )
                 for call in response.tool_calls:
                     messages.append(await _call_tool(run, tools, call, settings.tool_timeout))
-            assert response is not None
+            if response is None:  # restored at max_steps: nothing left to ask
+                return _stopped(run, messages, "max_steps", settings.max_steps)
             _finish(run, response, "max_steps", settings.max_steps)
 
     def _settings(self, run: Run) -> _Settings:
@@ -135,12 +152,28 @@ class ToolAgent:
         except ValueError as exc:
             raise ValueError(f"agent_config: {exc}") from None
 
-    async def _client(self, stack: AsyncExitStack) -> ModelClient:
+    async def _client(self, run: Run, stack: AsyncExitStack) -> ModelClient:
+        """The model client: given, or made from the model string for this run.
+
+        With a proxy session on the run (a batch), the client talks to the session, which
+        forwards to the model, enforces the budgets and records every turn; the client
+        does not retry (the proxy does).
+        """
         if not isinstance(self.model, str):
             return self.model
         from ..models import model_client
 
-        client = model_client(self.model)
+        session = run.proxy_session
+        if session is None:
+            client = model_client(self.model)
+        else:
+            from ..models import RetryPolicy
+
+            client = model_client(
+                _through(self.model, session.base_url),
+                api_key=session.secret,
+                retry=RetryPolicy(max_transport=1, max_malformed=1),
+            )
         stack.push_async_callback(client.aclose)
         return client
 
@@ -262,6 +295,61 @@ async def _outcome(
         if isinstance(exc, TimeoutError) and deadline.expired():
             return ToolResult(f"tool {call.name!r} timed out after {limit:g}s", is_error=True)
         return ToolResult(f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", is_error=True)
+
+
+def _resume_point(
+    run: Run, settings: _Settings
+) -> tuple[int, list[dict[str, Any]], list[ToolCall]]:
+    """Turns done, the history and the tool calls to answer: fresh, or from
+    `run.restored` (a checkpoint this agent saved, whose model turn had completed)."""
+    state = run.restored
+    if not state:
+        return 0, _opening(run.prompt, settings.system_prompt), []
+    if state.get("in_flight"):
+        raise ValueError("this checkpoint has a model turn in flight; it cannot be continued")
+    from ..models import ToolCall
+
+    pending = [
+        ToolCall(c["id"], c["name"], c["arguments"], c.get("raw_arguments", ""))
+        for c in state.get("pending") or ()
+    ]
+    return int(state["turns"]), list(state["messages"]), pending
+
+
+def _calls(response: ModelResponse) -> list[dict[str, Any]]:
+    return [
+        {"id": c.id, "name": c.name, "arguments": c.arguments, "raw_arguments": c.raw_arguments}
+        for c in response.tool_calls
+    ]
+
+
+def _budget_spent(run: Run) -> str | None:
+    """The budget the proxy session refused a turn for, if it did."""
+    return None if run.proxy_session is None else run.proxy_session.stop_reason
+
+
+def _stopped(run: Run, messages: list[dict[str, Any]], reason: str | None, steps: int) -> None:
+    """End without a final turn: the last assistant text is the answer (still graded)."""
+    run.trace.content = _last_text(messages)
+    run.trace.add("assistant", run.trace.content, stop_reason=reason, steps=steps)
+    run.stop_reason = run.stop_reason or reason
+
+
+def _last_text(messages: list[dict[str, Any]]) -> Any:
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            return message.get("content")
+    return None
+
+
+def _through(model: str, base_url: str) -> str:
+    """The model string pointed at a proxy session (`base_url` ends in `/v1`)."""
+    from ..models import parse_model
+
+    spec = parse_model(model)
+    if spec.api == "messages":
+        return f"anthropic/{spec.model}@{base_url.removesuffix('/v1')}"
+    return f"openai/{spec.model}@{base_url}?api={spec.api}"
 
 
 def _finish(run: Run, response: ModelResponse, reason: str, steps: int) -> None:

@@ -24,6 +24,9 @@ OUT/
       attempts/<n>/       an earlier attempt, moved aside whole by a retry
 ```
 
+Run a batch with `execute(config, output_dir)` (plan first; a new directory only when
+every check passes) and continue one with `resume(output_dir)`.
+
 Write with `BatchStore` (`create` a new directory, `open` to resume) and one
 `RolloutRecorder` per rollout (`BatchStore.begin`, given anything shaped like a
 `PlannedRollout`, such as the plan's assignments); read with `list_rollouts`,
@@ -34,10 +37,12 @@ from .._public import publish
 from ._config import Assignment, BatchConfig, ConfigProblem, rollout_id
 from ._config_load import load_config, parse_config
 from ._config_runtime import build_runtime
+from ._execute import BatchResult, aexecute, aresume, execute, resume
 from ._files import JsonlReader
 from ._plan import Check, Plan, aplan, plan
 from ._read import count_rollouts, list_rollouts, read_events, read_rollout, read_state
 from ._recorder import PlannedRollout, RolloutRecorder
+from ._report import render_report, report
 from ._store import LAYOUT_VERSION, TERMINAL, BatchStore, Durability, read_batch
 
 __all__ = [
@@ -45,6 +50,7 @@ __all__ = [
     "TERMINAL",
     "Assignment",
     "BatchConfig",
+    "BatchResult",
     "BatchStore",
     "Check",
     "ConfigProblem",
@@ -53,9 +59,12 @@ __all__ = [
     "Plan",
     "PlannedRollout",
     "RolloutRecorder",
+    "aexecute",
     "aplan",
+    "aresume",
     "build_runtime",
     "count_rollouts",
+    "execute",
     "list_rollouts",
     "load_config",
     "parse_config",
@@ -64,6 +73,9 @@ __all__ = [
     "read_events",
     "read_rollout",
     "read_state",
+    "render_report",
+    "report",
+    "resume",
     "rollout_id",
 ]
 

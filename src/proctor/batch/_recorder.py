@@ -6,6 +6,7 @@ Also what the store and the readers share about a rollout: the assignment it rec
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -143,6 +144,33 @@ class RolloutRecorder:
     def save_checkpoint(self, state: Mapping[str, Any]) -> None:
         """Replace `checkpoint.json`: the model-visible state to continue from."""
         self._replace(os.path.join(self._dir(), "checkpoint.json"), self._store._encode(state))
+
+    def save_private(self, name: str, state: Mapping[str, Any]) -> None:
+        """Replace `<name>` in the folder, readable by this user only (mode 0600).
+
+        For what must survive a crash but not be shared: a parked session's resume
+        token. Never redacted, so never put a provider key here.
+        """
+        path = os.path.join(self._dir(), name)
+        data = orjson.dumps(state, default=str)
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            _files.write_all(fd, data)
+            if self._store._strict:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(path + ".tmp", path)
+        self._store._touched()
+
+    def load_private(self, name: str) -> dict[str, Any]:
+        """What `save_private` left under `name` ({} when nothing)."""
+        return load_record(os.path.join(self.folder, name))
+
+    def drop_private(self, name: str) -> None:
+        """Remove `<name>` from the folder, if it is there."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.folder, name))
 
     def set_evaluation(self, status: Mapping[str, Any]) -> None:
         """Replace `evaluation/status.json` (grading progress and outcome)."""

@@ -1,4 +1,4 @@
-"""`proctor batch CONFIG` (plan mode) and `proctor batch schema`."""
+"""`proctor batch`: plan, `--execute`, `--resume`, `report`, `reconcile`, `schema`."""
 
 from __future__ import annotations
 
@@ -6,21 +6,41 @@ import argparse
 import sys
 from typing import Any
 
+from ._common import CLIError
+
 __all__ = ["add_batch_parser", "cmd_batch", "cmd_batch_schema"]
+
+_WORDS = ("schema", "report", "reconcile")
 
 
 def add_batch_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `batch` to the `proctor` command's subparsers; returns its parser."""
     batch: argparse.ArgumentParser = subparsers.add_parser(
         "batch",
-        help="plan a batch of rollouts from a JSON or TOML config",
-        description="Check a batch config read-only, in order: it parses, the rollout "
-        "count, credentials (by name), the environment and every row's args, "
-        "substrates, live model catalogs, pricing. Prints the plan as one JSON "
-        "document on stdout; exits 0 only if every check passed. "
-        "'proctor batch schema' prints the config's JSON schema.",
+        help="plan, run, resume and report a batch of rollouts from a JSON or TOML config",
+        description="Plan mode (the default) checks a batch config read-only, in order: "
+        "it parses, the rollout count, credentials (by name), the environment and every "
+        "row's args, substrates, live model catalogs, pricing, and prints the plan as one "
+        "JSON document; exit 0 only if --execute would launch. --execute --output-dir NEW "
+        "runs it into a new directory; --resume OUT continues one. 'proctor batch report "
+        "OUT' prints the cost and reward report, 'proctor batch reconcile OUT' removes what "
+        "a killed runner left running, 'proctor batch schema' prints the config schema.",
     )
-    batch.add_argument("config", metavar="CONFIG", help="the batch config (.json or .toml)")
+    batch.add_argument(
+        "config",
+        metavar="CONFIG",
+        nargs="?",
+        help="the batch config (.json or .toml), or one of: schema, report OUT, reconcile OUT",
+    )
+    batch.add_argument("target", metavar="OUT", nargs="?", help=argparse.SUPPRESS)
+    batch.add_argument("--execute", action="store_true", help="run the batch if the plan passes")
+    batch.add_argument("--output-dir", metavar="NEW_DIR", help="where --execute writes (new)")
+    batch.add_argument("--resume", metavar="OUT", help="continue the batch in OUT")
+    batch.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="with --resume: new attempts for failed and interrupted rollouts",
+    )
     batch.add_argument(
         "--allow-partial",
         action="store_true",
@@ -32,19 +52,32 @@ def add_batch_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="do not ask each provider's /v1/models catalog",
     )
     batch.add_argument(
-        "--json",
-        action="store_true",
-        help="accepted for symmetry with other commands: the plan is always JSON",
+        "--json", action="store_true", help="report: JSON instead of tables (plans are JSON)"
     )
+    batch.add_argument("--quiet", action="store_true", help="no live view on stderr")
     batch.set_defaults(handler=_dispatch)
     return batch
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    # `schema` is a word, not a file: argparse cannot tell them apart as subcommands
-    # of a command that also takes a path, so the choice is made here.
+    # `schema`, `report` and `reconcile` are words, not files: argparse cannot tell
+    # them apart as subcommands of a command that also takes a path.
     if args.config == "schema":
         return cmd_batch_schema(args)
+    if args.config in ("report", "reconcile"):
+        if not args.target:
+            raise CLIError(f"proctor batch {args.config} OUT: name the output directory")
+        return cmd_batch_report(args) if args.config == "report" else cmd_batch_reconcile(args)
+    if args.target:
+        raise CLIError(f"unexpected argument {args.target!r}")
+    if args.resume:
+        return cmd_batch_resume(args)
+    if args.config is None:
+        raise CLIError("proctor batch: name a CONFIG (or --resume OUT)")
+    if args.execute:
+        return cmd_batch_execute(args)
+    if args.output_dir:
+        raise CLIError("--output-dir goes with --execute")
     return cmd_batch(args)
 
 
@@ -59,9 +92,74 @@ def cmd_batch(args: argparse.Namespace) -> int:
     sys.stdout.write(plan.to_json() + "\n")
     sys.stdout.flush()
     if not plan.ok:
-        failed = [c.name for c in plan.checks if not c.ok]
-        print(f"plan: not ok ({', '.join(failed)})", file=sys.stderr)
+        _say_not_ok(plan)
     return 0 if plan.ok else 1
+
+
+def _say_not_ok(plan: Any) -> None:
+    failed = [c.name for c in plan.checks if not c.ok]
+    print(f"plan: not ok ({', '.join(failed)})", file=sys.stderr)
+
+
+def cmd_batch_execute(args: argparse.Namespace) -> int:
+    """Plan, and run into a new `--output-dir` only if every check passes."""
+    from ..batch import execute
+
+    if not args.output_dir:
+        raise CLIError("--execute needs --output-dir NEW_DIR (a directory that does not exist)")
+    result = execute(
+        args.config,
+        args.output_dir,
+        allow_partial=args.allow_partial,
+        skip_model_check=args.skip_model_check,
+        view=None if args.quiet else sys.stderr,
+    )
+    return _finish(result)
+
+
+def cmd_batch_resume(args: argparse.Namespace) -> int:
+    """Continue the batch in `--resume OUT`."""
+    from ..batch import resume
+
+    if args.config is not None or args.execute or args.output_dir:
+        raise CLIError("--resume OUT takes no CONFIG, --execute or --output-dir")
+    result = resume(
+        args.resume, retry_errors=args.retry_errors, view=None if args.quiet else sys.stderr
+    )
+    return _finish(result)
+
+
+def _finish(result: Any) -> int:
+    sys.stdout.write(result.to_json() + "\n")
+    sys.stdout.flush()
+    if not result.launched and result.plan is not None:
+        _say_not_ok(result.plan)
+    elif result.output_dir:
+        print(f"batch output: {result.output_dir}", file=sys.stderr)
+    return int(result.exit_code)
+
+
+def cmd_batch_report(args: argparse.Namespace) -> int:
+    """Print the cost and reward report of an output directory."""
+    from ..batch import render_report, report
+    from ._common import print_json
+
+    doc = report(args.target, rollouts=args.json)
+    if args.json:
+        print_json(doc)
+    else:
+        text = render_report(doc)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def cmd_batch_reconcile(args: argparse.Namespace) -> int:
+    """Remove what a killed runner left labelled for its batch; print what went."""
+    from ..batch import reconcile_sync
+    from ._common import print_json
+
+    print_json(reconcile_sync(args.target))
+    return 0
 
 
 def cmd_batch_schema(args: argparse.Namespace) -> int:

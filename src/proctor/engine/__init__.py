@@ -3,10 +3,11 @@
 from .._public import publish
 from ._job import Job
 from ._ray_executor import RayExecutor
-from ._rollout import default_runtime, rollout, run_taskset
+from ._rollout import Adoption, default_runtime, rollout, run_taskset
 from ._timeouts import Timeouts
 
 __all__ = [
+    "Adoption",
     "Job",
     "RayExecutor",
     "Timeouts",

@@ -329,6 +329,7 @@ class _TrackedRun(Run):
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = {name: getattr(self, name) for name in Run.__slots__ if hasattr(self, name)}
+        state.update(on_phase=None, on_checkpoint=None)  # hooks of this process only
         return _plain_run, (state,)
 
 

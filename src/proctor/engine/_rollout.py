@@ -9,11 +9,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._errors import RolloutTimeout, RuntimeLaunchError
+from .._errors import RemoteError, RolloutTimeout, RuntimeLaunchError
 from ..agents._run import Run
 from ..channel._client import connect
+from ..records._records import RunError
 from ._job import Job
 from ._timeouts import Timeouts
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from ..runtimes._base import RuntimeLike
     from ._ray_executor import RayExecutor
 
-__all__ = ["execute", "rollout", "run_taskset"]
+__all__ = ["Adoption", "execute", "rollout", "run_taskset"]
 
 log = logging.getLogger("proctor.engine")
 
@@ -40,6 +42,7 @@ async def rollout(
     trace_id: str | None = None,
     proxy: InterceptionProxy | None = None,
     limits: ModelLimits | None = None,
+    launch_retries: int = 0,
 ) -> Run:
     """Run one task end to end and return its `Run`, graded or failed.
 
@@ -59,6 +62,8 @@ async def rollout(
         proxy: an interception proxy; the run gets a session on it for the agent phase
             (`run.model_env` points a harness at it) and its turns land on the trace.
         limits: that session's budgets (default: the proxy's).
+        launch_retries: fresh substrates to try when a launch fails before the agent
+            starts (see `execute`).
 
     Returns:
         The run: `completed` with a grade, or `failed` with the phase that failed.
@@ -67,7 +72,32 @@ async def rollout(
         asyncio.CancelledError: the rollout was cancelled (after its teardown).
     """
     run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
-    return await execute(run, agent, runtime=runtime, timeout=timeout, proxy=proxy, limits=limits)
+    return await execute(
+        run,
+        agent,
+        runtime=runtime,
+        timeout=timeout,
+        proxy=proxy,
+        limits=limits,
+        launch_retries=launch_retries,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """A parked session to continue instead of launching a fresh substrate.
+
+    The server parked it when the connection that started it dropped (a runner that
+    died); `resume_token` is what its `hello` returned. The run keeps its `prompt` and
+    `start_result` from before; the agent gets `run.restored`, if the caller set it.
+    """
+
+    target: str
+    token: str | None = field(repr=False)
+    session_id: str
+    resume_token: str = field(repr=False)
+    prompt: Any = None
+    start_result: dict[str, Any] = field(default_factory=dict)
 
 
 async def execute(
@@ -78,15 +108,26 @@ async def execute(
     timeout: Timeouts | float | None = None,  # noqa: ASYNC109 - a Timeouts value
     proxy: InterceptionProxy | None = None,
     limits: ModelLimits | None = None,
+    launch_retries: int = 0,
+    adopt: Adoption | None = None,
 ) -> Run:
-    """`rollout()` on a `Run` the caller made (a distributed executor watches its phase)."""
+    """`rollout()` on a `Run` the caller made (a batch records it; a distributed
+    executor watches its phase).
+
+    A launch that fails before the agent starts (provisioning, connecting, or
+    `tasks.start` failing for any reason but the task's own error) is retried on a
+    fresh substrate up to `launch_retries` times; each failure is kept in
+    `run.launch_errors` and `run.launch_attempts` counts the launches. With `adopt`,
+    the run continues a parked session instead (no launch, no `tasks.start`).
+    """
     deadlines = Timeouts.of(timeout)
     runtime = runtime if runtime is not None else default_runtime()
     stack = AsyncExitStack()
     try:
         try:
             async with _scope(deadlines.rollout, run):
-                await _drive(run, agent, runtime, deadlines, stack, proxy, limits)
+                stack = await _launch(run, runtime, deadlines, launch_retries, adopt)
+                await _act(run, agent, deadlines, stack, proxy, limits)
         except BaseException:
             await _abandon(run, stack, deadlines.teardown)
             raise
@@ -107,15 +148,52 @@ async def execute(
     return run
 
 
-async def _drive(
-    run: Run,
-    agent: Agent,
-    runtime: RuntimeLike,
-    limits: Timeouts,
-    stack: AsyncExitStack,
-    proxy: InterceptionProxy | None,
-    budgets: ModelLimits | None,
+async def _launch(
+    run: Run, runtime: RuntimeLike, limits: Timeouts, retries: int, adopt: Adoption | None
+) -> AsyncExitStack:
+    """Bring up a substrate, connect and start the task; on a launch failure, tear it
+    down and try a fresh one, at most `retries` more times. Returns the live stack."""
+    if retries < 0:
+        raise ValueError("launch_retries must be >= 0")
+    for attempt in range(1, retries + 2):
+        run.launch_attempts = attempt
+        stack = AsyncExitStack()
+        try:
+            if adopt is not None:
+                await _adopt(run, adopt, limits, stack)
+            else:
+                await _provision(run, runtime, limits, stack)
+            return stack
+        except Exception as exc:
+            if attempt > retries or adopt is not None or not _relaunchable(run, exc):
+                await _abandon(run, stack, limits.teardown)
+                run.client = None
+                raise
+            phase = exc.phase if isinstance(exc, RolloutTimeout) else run.phase
+            run.launch_errors.append(RunError(phase, type(exc).__name__, str(exc)))
+            log.debug("launch %d of %s failed in %s: %r", attempt, run.slug, phase, exc)
+            await _abandon(run, stack, limits.teardown)
+            run.client = None
+            run.phase = "provisioning"
+        except BaseException:
+            await _abandon(run, stack, limits.teardown)
+            run.client = None
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _relaunchable(run: Run, exc: Exception) -> bool:
+    """A substrate failure, not the task's: its own `tasks.start` error is not retried."""
+    phase = exc.phase if isinstance(exc, RolloutTimeout) else run.phase
+    if phase in ("provisioning", "connecting"):
+        return True
+    return phase == "starting" and not isinstance(exc, RemoteError)
+
+
+async def _provision(
+    run: Run, runtime: RuntimeLike, limits: Timeouts, stack: AsyncExitStack
 ) -> None:
+    run.phase = "provisioning"
     endpoint = await stack.enter_async_context(runtime(run.task))
     run.phase = "connecting"
     # The phase deadline names "connecting" when it fires; connect() also stops by
@@ -127,12 +205,39 @@ async def _drive(
     run.phase = "starting"
     async with _scope(limits.start, run):
         await run.start()
-    run.phase = "agent"
-    if proxy is not None:
-        run.proxy_session = session = proxy.open_session(
-            run.trace_id, limits=budgets, trace=run.trace
+
+
+async def _adopt(run: Run, adopt: Adoption, limits: Timeouts, stack: AsyncExitStack) -> None:
+    run.phase = "connecting"
+    async with _scope(limits.connect, run):
+        run.client = await stack.enter_async_context(
+            connect(
+                adopt.target,
+                ready_timeout=limits.connect,
+                token=adopt.token,
+                session_id=adopt.session_id,
+                resume_token=adopt.resume_token,
+            )
         )
+    run.start_result = dict(adopt.start_result)
+    run.prompt = adopt.prompt
+    run.status = "running"
+
+
+async def _act(
+    run: Run,
+    agent: Agent,
+    limits: Timeouts,
+    stack: AsyncExitStack,
+    proxy: InterceptionProxy | None,
+    budgets: ModelLimits | None,
+) -> None:
+    """The agent phase (with its proxy session, if any), then grading."""
+    if proxy is not None:  # opened first, so whoever hears the phase sees it
+        trace = None if getattr(agent, "records_turns", False) else run.trace
+        run.proxy_session = session = proxy.open_session(run.trace_id, limits=budgets, trace=trace)
         stack.callback(session.close)
+    run.phase = "agent"
     try:
         async with _scope(limits.agent, run):
             await agent(run)

@@ -13,8 +13,15 @@ on the rollout's trace; budgets in `ModelLimits` are enforced per rollout.
 from .._http import HttpLimits
 from .._public import publish
 from ._proxy import InterceptionProxy, Upstream
-from ._session import ModelLimits, ProxySession
+from ._session import ModelLimits, ProxySession, SharedBudget
 
-__all__ = ["HttpLimits", "InterceptionProxy", "ModelLimits", "ProxySession", "Upstream"]
+__all__ = [
+    "HttpLimits",
+    "InterceptionProxy",
+    "ModelLimits",
+    "ProxySession",
+    "SharedBudget",
+    "Upstream",
+]
 
 publish(globals(), __all__, __name__)

@@ -24,7 +24,7 @@ from .._http import HttpClient, HttpLimits, HttpServer, Request, Response
 from ..models._clock import Clock
 from ..models._names import Api, ModelSpec, parse_model
 from ..models._retry import Retrier, RetryPolicy
-from ._session import ModelLimits, ProxySession, _KeyState
+from ._session import ModelLimits, ProxySession, SharedBudget, _KeyState
 from ._turn import Turn, down_headers, error_response
 
 if TYPE_CHECKING:
@@ -110,6 +110,8 @@ class InterceptionProxy:
         host, port: where to listen (default 127.0.0.1, a free port).
         http_limits: bounds on connections, buffered request bytes and read deadlines
             (default `HttpLimits()`; see docs/proxy.md).
+        budget: a cost cap shared by every session (and by other proxies given the
+            same `SharedBudget`): a batch's `cost_cap`.
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class InterceptionProxy:
         host: str = "127.0.0.1",
         port: int = 0,
         http_limits: HttpLimits | None = None,
+        budget: SharedBudget | None = None,
     ) -> None:
         self.upstreams: dict[str, Upstream] = {}
         for target in upstreams:
@@ -129,6 +132,7 @@ class InterceptionProxy:
                 raise ValueError(f"two {upstream.kind} upstreams given; the proxy takes one")
             self.upstreams[upstream.kind] = upstream
         self.limits = limits or ModelLimits()
+        self.budget = budget
         self.retry = retry or RetryPolicy()
         self.clock = clock
         self._server = HttpServer(
@@ -184,6 +188,7 @@ class InterceptionProxy:
             limits or self.limits,
             trace,
             self._forget,
+            self.budget,
         )
         self._sessions[session.secret] = session
         return session

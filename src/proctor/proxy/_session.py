@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..models import Usage
     from ..records._records import Trace
 
-__all__ = ["ModelLimits", "ProxySession", "Replay"]
+__all__ = ["ModelLimits", "ProxySession", "Replay", "SharedBudget"]
 
 if TYPE_CHECKING:
     from ..records._records import Step
@@ -47,6 +47,30 @@ class ModelLimits:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"ModelLimits.{name} must be >= 0, got {value!r}")
+
+
+class SharedBudget:
+    """A cost cap (USD) shared by many sessions, on one proxy or several (a batch's).
+
+    Once `spent` reaches `max_cost`, every session sharing it refuses new turns with
+    stop reason `batch_cost_cap`; turns already in flight complete and are counted.
+    """
+
+    __slots__ = ("max_cost", "spent")
+
+    def __init__(self, max_cost: float | None, spent: float = 0.0) -> None:
+        if max_cost is not None and max_cost < 0:
+            raise ValueError(f"SharedBudget.max_cost must be >= 0, got {max_cost!r}")
+        self.max_cost = max_cost
+        self.spent = spent
+
+    def __repr__(self) -> str:
+        return f"<SharedBudget spent={self.spent:.6f} max_cost={self.max_cost}>"
+
+    @property
+    def reached(self) -> bool:
+        """Whether the cap is spent."""
+        return self.max_cost is not None and self.spent >= self.max_cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +132,10 @@ class ProxySession:
         secret: the bearer token the harness uses as its API key.
         base_url: the proxy's OpenAI-compatible base URL (ends in `/v1`).
         stop_reason: why the proxy refused a turn (`max_turns`, `max_input_tokens`,
-            `max_output_tokens`, `max_total_tokens`, `max_cost`), else None.
+            `max_output_tokens`, `max_total_tokens`, `max_cost`, `batch_cost_cap`),
+            else None.
+        on_turn: called with each recorded turn (a retry of an idempotency key calls
+            it again with the same `turn` number: the later call wins).
     """
 
     def __init__(
@@ -118,6 +145,7 @@ class ProxySession:
         limits: ModelLimits,
         trace: Trace | None,
         on_close: Callable[[ProxySession], None] | None = None,
+        shared: SharedBudget | None = None,
     ) -> None:
         self.rollout_id = rollout_id
         self.secret = "sk-proctor-" + secrets.token_urlsafe(32)
@@ -135,6 +163,8 @@ class ProxySession:
         self.keys: dict[str, _KeyState] = {}
         self.waits: set[asyncio.Future[None]] = set()  # backoff sleeps, cut short by close()
         self._on_close = on_close
+        self.shared = shared
+        self.on_turn: Callable[[dict[str, Any]], None] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -185,6 +215,8 @@ class ProxySession:
             return "max_total_tokens"
         if lim.max_cost is not None and self.cost >= lim.max_cost:
             return "max_cost"
+        if self.shared is not None and self.shared.reached:
+            return "batch_cost_cap"
         return None
 
     def account(self, usage: Usage, cost: float | None) -> None:
@@ -193,6 +225,8 @@ class ProxySession:
         self.output_tokens += usage.output_tokens
         if cost is not None:
             self.cost += cost
+            if self.shared is not None:
+                self.shared.spent += cost
 
     def record(self, turn: dict[str, Any], start: float, state: _KeyState | None = None) -> None:
         """Keep one turn and put it on the rollout's trace.
@@ -211,6 +245,7 @@ class ProxySession:
                 state.step.content = turn.get("message")
                 state.step.data = data
                 state.step.end = time.time()
+            self._heard(turn)
             return
         turn["turn"] = data["turn"] = len(self.turns) + 1
         self.turns.append(turn)
@@ -220,3 +255,8 @@ class ProxySession:
         if state is not None:
             state.index = len(self.turns) - 1
             state.step = step
+        self._heard(turn)
+
+    def _heard(self, turn: dict[str, Any]) -> None:
+        if self.on_turn is not None:
+            self.on_turn(turn)

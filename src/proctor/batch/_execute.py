@@ -1,0 +1,555 @@
+"""`execute()` and `resume()`: run a planned batch into its output directory.
+
+`execute` plans first and creates the output directory only once every check passed;
+`resume` reopens one, checks the config is the one it ran, and re-admits what is left.
+Both run every agent loop in this event loop, at most `max_concurrency` at a time,
+record each rollout as it goes (`_recording`), stop launching at the batch cost cap,
+and reconcile leftover substrates at exit, also after Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import platform
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from .._errors import StoreError
+from .._tempdirs import owner
+from ._config import Assignment, BatchConfig, _clean
+from ._config_load import load_config
+from ._plan import Plan, aplan
+from ._read import list_rollouts
+from ._recording import Recording
+from ._setup import Setup, redactor, secret_values
+from ._store import BatchStore
+from ._tally import Tally
+
+__all__ = ["BatchResult", "aexecute", "aresume", "execute", "resume"]
+
+_ENDED_OK = "completed"
+_Work = tuple[Assignment, int, dict[str, Any] | None]
+"""An assignment, its attempt, and the parked session and checkpoint to continue."""
+
+
+class BatchResult(BaseModel):
+    """What a batch run did: printed as JSON by `proctor batch --execute`/`--resume`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = "proctor.batch.result/1"
+    launched: bool
+    """False when the plan refused (then `plan` says why) or nothing was left to run."""
+    output_dir: str | None
+    batch_id: str | None = None
+    counts: dict[str, int] = {}
+    """Every rollout of the batch by status (`queued` ones were never launched)."""
+    ran: int = 0
+    """Rollouts that ended in this run."""
+    evaluation_failed: int = 0
+    """Rollouts whose grading failed (never a reward of 0)."""
+    teardown_errors: int = 0
+    stopped: str | None = None
+    """`batch_cost_cap` or `interrupted` when the run stopped before the end."""
+    wall_s: float = 0.0
+    cost_usd: float | None = None
+    plan: Plan | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every rollout completed (graded); 130 after an interrupt; else 1."""
+        if self.stopped == "interrupted":
+            return 130
+        if not self.launched and self.plan is not None:
+            return 1
+        done = self.counts.get(_ENDED_OK, 0)
+        return 0 if done == sum(self.counts.values()) and not self.evaluation_failed else 1
+
+    def to_json(self) -> str:
+        """The result as one indented JSON document (the plan only when it refused)."""
+        exclude = {"plan"} if self.launched or self.plan is None else set()
+        doc = self.model_dump(mode="json", exclude=exclude)
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+
+
+# -- execute ----------------------------------------------------------------------------
+
+
+def execute(
+    config: BatchConfig | str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    allow_partial: bool = False,
+    skip_model_check: bool = False,
+    view: IO[str] | None = None,
+) -> BatchResult:
+    """Plan `config`; if every check passes, run the batch into the new `output_dir`.
+
+    `view` is where the live view goes (a terminal gets a rich panel, anything else
+    plain lines); None shows nothing.
+
+    Raises:
+        StoreError: `output_dir` already exists.
+    """
+    return _run_main(
+        aexecute(
+            config,
+            output_dir,
+            allow_partial=allow_partial,
+            skip_model_check=skip_model_check,
+            view=view,
+        )
+    )
+
+
+async def aexecute(
+    config: BatchConfig | str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    allow_partial: bool = False,
+    skip_model_check: bool = False,
+    view: IO[str] | None = None,
+) -> BatchResult:
+    """`execute`, for callers already in an event loop."""
+    out = _absolute(output_dir)
+    _refuse_existing(out)
+    plan = await aplan(config, allow_partial=allow_partial, skip_model_check=skip_model_check)
+    if not plan.ok:
+        return BatchResult(launched=False, output_dir=None, plan=plan)
+    if not isinstance(config, BatchConfig):
+        config = load_config(config)
+    batch_id = _batch_id(plan.batch or "batch")
+    setup = Setup.build(config, batch_id)
+    options = {"allow_partial": allow_partial, "skip_model_check": skip_model_check}
+    _refuse_existing(out)  # again: planning took time
+    store = BatchStore.create(
+        out,
+        _meta(config, plan, setup, options),
+        durability=config.durability,
+        redact=redactor(secret_values(config)),
+    )
+    enabled = [a for a in plan.assignments if a.enabled]
+    try:
+        store.add_assignments(enabled)
+    except BaseException:
+        store.close()
+        raise
+    work: list[_Work] = [(a, 1, None) for a in enabled]
+    return await _Runner(store, setup, "execute").run(work, len(enabled), view)
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.fspath(path))
+
+
+def _refuse_existing(out: str) -> None:
+    if os.path.lexists(out):
+        raise StoreError(f"{out} already exists; a batch needs a new output directory")
+
+
+def _batch_id(name: str) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"{_clean(name)[:40]}-{stamp}-{secrets.token_hex(2)}"
+
+
+def _meta(
+    config: BatchConfig, plan: Plan, setup: Setup, options: dict[str, bool]
+) -> dict[str, Any]:
+    """What `batch.json` says besides the layout version: config as run, versions, pricing."""
+    from .. import __version__
+    from ..models import parse_model, price_of, pricing_date
+
+    env = plan.check("environment").details
+    pricing = {}
+    for model in dict.fromkeys(m for m in setup.models.values() if m is not None):
+        api_model = parse_model(model).model
+        price = price_of(api_model)
+        pricing[model] = {"model": api_model, "price": None if price is None else asdict(price)}
+    return {
+        "name": plan.batch,
+        "batch_id": setup.batch_id,
+        "config": config.model_dump(mode="json"),
+        "config_digest": config.digest(),
+        "config_file": None if config.path is None else str(config.path.resolve()),
+        "taskset_digest": _taskset_digest(setup),
+        "options": options,
+        "versions": {
+            "proctor": __version__,
+            "python": platform.python_version(),
+            "environment": {"name": env.get("name"), "version": env.get("version")},
+        },
+        "pricing": pricing,
+        "pricing_as_of": pricing_date(),
+        "plan": {
+            "rollouts": plan.rollouts,
+            "projected_concurrency": plan.projected_concurrency,
+            "projected_cost_usd": plan.projected_cost_usd,
+        },
+    }
+
+
+def _taskset_digest(setup: Setup) -> str:
+    rows = [t.model_dump(mode="json") for t in setup.tasks.values()]
+    return hashlib.sha256(orjson.dumps(rows, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+# -- resume -----------------------------------------------------------------------------
+
+
+def resume(
+    output_dir: str | os.PathLike[str],
+    *,
+    retry_errors: bool = False,
+    view: IO[str] | None = None,
+) -> BatchResult:
+    """Continue the batch in `output_dir` (see `aresume`)."""
+    return _run_main(aresume(output_dir, retry_errors=retry_errors, view=view))
+
+
+async def aresume(
+    output_dir: str | os.PathLike[str],
+    *,
+    retry_errors: bool = False,
+    view: IO[str] | None = None,
+) -> BatchResult:
+    """Continue a batch: never redo a completed rollout, re-admit the rest.
+
+    The config recorded in `batch.json` must be unchanged: its digest, the config
+    file's current content (if the file is still there) and the taskset's rows. A
+    rollout in flight when the runner died continues from its checkpoint when its
+    substrate survived (an environment served elsewhere, which parked the session);
+    otherwise it is recorded once as `interrupted`, in its phase. With `retry_errors`,
+    failed and interrupted rollouts get a new attempt (the old one is kept on disk).
+
+    Raises:
+        StoreError: not a batch output, another runner has it, or the config changed.
+    """
+    out = _absolute(output_dir)
+    store = BatchStore.open(out)
+    try:
+        setup, plan = await _reload(store, out)
+        if not plan.ok:
+            store.close()
+            return BatchResult(launched=False, output_dir=out, plan=plan)
+        work = _leftovers(store, setup, out, retry_errors)
+    except BaseException:
+        store.close()
+        raise
+    total = sum(1 for _ in _all_rows(out))
+    return await _Runner(store, setup, "resume").run(work, total, view)
+
+
+async def _reload(store: BatchStore, out: str) -> tuple[Setup, Plan]:
+    batch = store.batch
+    config = BatchConfig.model_validate(batch["config"])
+    if batch.get("config_file"):
+        config._path = Path(batch["config_file"])
+    if config.digest() != batch.get("config_digest"):
+        raise StoreError(f"{out}/batch.json: its config does not match its config_digest")
+    if config.path is not None and config.path.exists():
+        current = load_config(config.path)
+        if current.digest() != config.digest():
+            raise StoreError(
+                f"{config.path} changed since the batch started; resume runs the config "
+                "recorded in batch.json, so restore the file (or start a new batch)"
+            )
+    options = batch.get("options") or {}
+    plan = await aplan(
+        config,
+        allow_partial=bool(options.get("allow_partial")),
+        skip_model_check=bool(options.get("skip_model_check")),
+    )
+    setup = Setup.build(config, str(batch["batch_id"]), spent=_spent(out))
+    if _taskset_digest(setup) != batch.get("taskset_digest"):
+        raise StoreError(f"the taskset {config.taskset.source} changed since the batch started")
+    return setup, plan
+
+
+def _all_rows(out: str) -> Iterator[dict[str, Any]]:
+    yield from list_rollouts(out, limit=None)
+
+
+def _spent(out: str) -> float:
+    return sum(row["cost"] or 0.0 for row in _all_rows(out))
+
+
+def _leftovers(store: BatchStore, setup: Setup, out: str, retry_errors: bool) -> list[_Work]:
+    """Queued rollouts, in-flight ones (adopted or recorded interrupted), retries."""
+    work: list[_Work] = []
+    for row in _all_rows(out):
+        a = _assignment(row)
+        status, attempt = row["status"], row["attempt"] or 1
+        if status == "queued":
+            work.append((a, attempt, None))
+        elif status == "running":
+            adopted = _adoptable(store, setup, a, attempt, row["phase"])
+            if adopted is not None:
+                work.append((a, attempt, adopted))
+            elif retry_errors:
+                work.append((a, attempt + 1, None))
+        elif retry_errors and (status in ("failed", "interrupted")):
+            work.append((a, attempt + 1, None))
+    return work
+
+
+def _assignment(row: dict[str, Any]) -> Assignment:
+    return Assignment(
+        rollout_id=row["id"],
+        task=row["task"],
+        agent=row["agent"],
+        model=row["model"],
+        repeat=row["repeat"],
+        enabled=True,
+    )
+
+
+def _adoptable(
+    store: BatchStore, setup: Setup, a: Assignment, attempt: int, phase: str | None
+) -> dict[str, Any] | None:
+    """The parked session and checkpoint to continue `a` from; otherwise record it
+    `interrupted` (once) and return None."""
+    rec = store.begin(a, attempt=attempt)
+    session = rec.load_private("session.json")
+    checkpoint = rec.load_private("checkpoint.json")
+    why = _not_adoptable(setup, phase, session, checkpoint)
+    if why is None:
+        return {"session": session, "checkpoint": checkpoint}
+    rec.drop_private("session.json")
+    rec.finish(
+        "interrupted",
+        phase=phase,
+        error={"phase": phase, "type": "Interrupted", "message": why},
+        reward=None,
+    )
+    return None
+
+
+def _not_adoptable(
+    setup: Setup, phase: str | None, session: dict[str, Any], checkpoint: dict[str, Any]
+) -> str | None:
+    lost = "the runner died while this rollout was in flight"
+    if not setup.adoptable:
+        return f"{lost}, and its substrate died with it"
+    if phase != "agent" or not session:
+        return f"{lost} in phase {phase}, before its session could be parked"
+    if not checkpoint:
+        return f"{lost}; its agent saved no checkpoint to continue from"
+    if checkpoint.get("in_flight"):
+        return f"{lost} with a model turn in flight; resending it could charge it twice"
+    return None
+
+
+# -- the runner -------------------------------------------------------------------------
+
+
+class _Runner:
+    """Runs work items on a store with at most `max_concurrency` in flight."""
+
+    def __init__(self, store: BatchStore, setup: Setup, mode: str) -> None:
+        self.store = store
+        self.setup = setup
+        self.mode = mode
+        self.config = setup.config
+        self.timeouts = setup.config.timeouts.to_timeouts()
+        self.tally: Tally | None = None
+        self.stopped: str | None = None
+        self.ran = 0
+
+    async def run(self, work: list[_Work], total: int, view: IO[str] | None) -> BatchResult:
+        store, setup = self.store, self.setup
+        me = owner(os.getpid()) or f"{os.getpid()}-0"
+        store.event(
+            "runner", pid=os.getpid(), start_time=me.split("-")[1], host=socket.gethostname(),
+            mode=self.mode, work=len(work),
+        )  # fmt: skip
+        self.tally = tally = Tally(total)
+        for status, n in _final_counts(store.path).items():
+            tally.preset(status, n)
+        t0 = time.monotonic()
+        try:
+            async with AsyncExitStack() as stack:
+                await setup.open(stack)
+                await self._view(stack, view)
+                await self._drain(work)
+        except asyncio.CancelledError:
+            self.stopped = "interrupted"
+            store.event("interrupted")
+        finally:
+            wall = time.monotonic() - t0
+            await self._reconcile()
+            result = self._result(wall)
+            store.event("finished", counts=result.counts, ran=result.ran, wall_s=wall)
+            store.close()
+        return result
+
+    async def _view(self, stack: AsyncExitStack, stream: IO[str] | None) -> None:
+        if stream is None or self.tally is None:
+            return
+        from ._view import LiveView
+
+        title = str(self.store.batch.get("name") or self.setup.batch_id)
+        await stack.enter_async_context(LiveView(self.tally, stream=stream, title=title))
+
+    async def _drain(self, work: list[_Work]) -> None:
+        items = iter(work)
+
+        async def worker() -> None:
+            for a, attempt, adopted in items:
+                if self.setup.budget.reached:
+                    if self.stopped is None:
+                        self.stopped = "batch_cost_cap"
+                        self.store.event(
+                            "cost_cap", spent=self.setup.budget.spent, cap=self.config.cost_cap
+                        )
+                    return
+                await self._one(a, attempt, adopted)
+
+        n = min(self.config.max_concurrency, len(work))
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(n):
+                tg.create_task(worker())
+
+    async def _one(self, a: Assignment, attempt: int, adopted: dict[str, Any] | None) -> None:
+        from ..agents import Run
+        from ..engine._rollout import execute
+
+        assert self.tally is not None
+        setup = self.setup
+        rec = self.store.begin(a, attempt=attempt)
+        run = Run(
+            setup.tasks[a.task],
+            job_id=setup.batch_id,
+            group_id=f"{a.task}--{a.agent}",
+            trace_id=f"{a.rollout_id}.{attempt}",
+        )
+        recording = Recording(run, rec, self.tally, adoptable=setup.adoptable)
+        adopt = None
+        if adopted is not None:
+            adopt = self._adoption(run, recording, adopted)
+        else:
+            self.tally.move("queued", "starting")
+        try:
+            await execute(
+                run,
+                setup.agents[a.agent],
+                runtime=setup.runtime,
+                timeout=self.timeouts,
+                proxy=setup.proxy_for(a.agent),
+                launch_retries=0 if adopt is not None else self.config.launch_retries,
+                adopt=adopt,
+            )
+        except asyncio.CancelledError:
+            recording.finish("interrupted")
+            raise
+        self._finished(a, run, recording, adopt is not None)
+
+    def _adoption(self, run: Any, recording: Recording, adopted: dict[str, Any]) -> Any:
+        from ..engine import Adoption
+
+        assert self.tally is not None
+        session, checkpoint = adopted["session"], adopted["checkpoint"]
+        run.restored = checkpoint
+        recording.session = session
+        recording.resume_turns()
+        self.tally.move("queued", "running")
+        recording.state = "running"
+        return Adoption(
+            target=self.config.runtime.url,  # type: ignore[union-attr]
+            token=self.setup.server_token(),
+            session_id=session["session_id"],
+            resume_token=session["resume_token"],
+            prompt=session.get("prompt"),
+            start_result=session.get("start_result") or {},
+        )
+
+    def _finished(self, a: Assignment, run: Any, recording: Recording, adopted: bool) -> None:
+        status = "completed" if run.status == "completed" else "failed"
+        lost = adopted and run.error is not None and run.error.phase == "connecting"
+        if lost:  # the parked session expired or its server went away
+            status = "interrupted"
+        for err in run.launch_errors:
+            self.store.event(
+                "launch_retry", id=a.rollout_id, phase=err.phase, error=f"{err.type}: {err.message}"
+            )
+        recording.finish(status)
+        self.ran += 1
+
+    async def _reconcile(self) -> None:
+        try:
+            from ._reconcile import reconcile
+        except ImportError:  # pragma: no cover - built alongside
+            return
+        try:
+            report = await reconcile(self.store.path, final=True)
+        except Exception as exc:
+            self.store.event("reconcile_failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        removed = report.get("removed") or {}
+        if any(removed.values()) or report.get("errors"):
+            self.store.event("reconciled", **report)
+
+    def _result(self, wall: float) -> BatchResult:
+        self.store.flush()
+        counts = _counts(self.store.path)
+        failures = list_rollouts(self.store.path, error_phase=["grading", "teardown"], limit=None)
+        spent = self.setup.budget.spent if self.setup.proxies else _spent(self.store.path)
+        return BatchResult(
+            launched=True,
+            output_dir=self.store.path,
+            batch_id=self.setup.batch_id,
+            counts=counts,
+            ran=self.ran,
+            evaluation_failed=sum(1 for r in failures if r["error_phase"] == "grading"),
+            teardown_errors=sum(1 for r in failures if r["error_phase"] == "teardown"),
+            stopped=self.stopped,
+            wall_s=wall,
+            cost_usd=spent if spent else None,
+        )
+
+
+def _counts(out: str) -> dict[str, int]:
+    from ._read import count_rollouts
+
+    return count_rollouts(out, by="status")
+
+
+def _final_counts(out: str) -> dict[str, int]:
+    counts = _counts(out)
+    mapping = {"completed": "done", "failed": "failed", "interrupted": "interrupted"}
+    return {mapping[s]: n for s, n in counts.items() if s in mapping and n}
+
+
+def _run_main(coro: Any) -> BatchResult:
+    """Run a batch coroutine as the program's main task; SIGINT/SIGTERM cancel it, so
+    in-flight rollouts are recorded interrupted and the store is closed cleanly."""
+
+    async def main() -> BatchResult:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, task.cancel)  # fails off the main thread
+        result: BatchResult = await coro
+        return result
+
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    return runner(main())  # type: ignore[no-any-return]

@@ -1,0 +1,190 @@
+"""Binding one `Run` to its `RolloutRecorder`: phases, model turns, checkpoints, outcome."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ._files import JsonlReader
+from ._tally import Tally
+
+if TYPE_CHECKING:
+    from ..agents import Run
+    from ._recorder import RolloutRecorder
+
+__all__ = ["Recording", "state_of"]
+
+_STATE = {
+    "provisioning": "starting",
+    "connecting": "starting",
+    "starting": "starting",
+    "agent": "running",
+    "grading": "grading",
+    "teardown": "grading",
+}
+_INLINE_STEPS = 4  # a trace with more steps goes to trace.jsonl, not into the record
+
+
+def state_of(phase: str) -> str:
+    """The live-view state of a rollout in `phase`."""
+    return _STATE.get(phase, "starting")
+
+
+class Recording:
+    """Everything one rollout attempt writes while it runs.
+
+    `session` (set for a parked session being continued) is what `session.json` holds.
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        rec: RolloutRecorder,
+        tally: Tally,
+        *,
+        session: dict[str, Any] | None = None,
+        adoptable: bool = False,
+    ) -> None:
+        self.run = run
+        self.rec = rec
+        self.tally = tally
+        self.state = "starting"
+        self.adoptable = adoptable
+        self.session = session
+        self.base_turns = 0
+        self.base_usage: dict[str, int] = {}
+        self.base_cost = 0.0
+        self.turns: dict[int, tuple[dict[str, Any], float]] = {}
+        run.on_phase = self._phase
+        run.on_checkpoint = rec.save_checkpoint
+
+    def _phase(self, run: Run) -> None:
+        self.rec.update(write=False, phase=run.phase)
+        state = state_of(run.phase)
+        if state != self.state:
+            self.tally.move(self.state, state)
+            self.state = state
+        if run.phase == "agent":
+            self._entered_agent(run)
+
+    def _entered_agent(self, run: Run) -> None:
+        session = run.proxy_session
+        if session is not None:
+            session.on_turn = self._turn
+        if self.adoptable and self.session is None and run.client is not None:
+            manifest = run.client.manifest
+            if manifest is not None and manifest.resume_token:
+                self.session = {
+                    "session_id": manifest.session_id,
+                    "resume_token": manifest.resume_token,
+                    "prompt": run.prompt,
+                    "start_result": run.start_result,
+                }
+                self.rec.save_private("session.json", self.session)
+        self.rec.update(prompt=run.prompt)
+
+    def resume_turns(self) -> None:
+        """Count the model turns recorded before this runner took over (a continued
+        rollout): new turns are numbered after them, their usage and cost added."""
+        last: dict[int, dict[str, Any]] = {}
+        for line in JsonlReader(os.path.join(self.rec.folder, "model_turns.jsonl")):
+            if isinstance(line.get("turn"), int):
+                last[line["turn"]] = line  # a retried turn's later line wins
+        self.base_turns = max(last, default=0)
+        self.base_usage, self.base_cost = _sum(
+            (t.get("usage") or {}, t.get("cost")) for t in last.values()
+        )
+
+    def _turn(self, turn: dict[str, Any]) -> None:
+        number = self.base_turns + int(turn["turn"])
+        line = {k: v for k, v in turn.items() if k not in ("request", "message")}
+        request = orjson.dumps(turn.get("request"), option=orjson.OPT_SORT_KEYS)
+        line["turn"] = number
+        line["request_sha256"] = hashlib.sha256(request).hexdigest()
+        line["messages"] = len((turn.get("request") or {}).get("messages") or ())
+        self.rec.append_turn(line)
+        cost = turn.get("cost") or 0.0
+        previous = self.turns.get(number)
+        self.turns[number] = (turn.get("usage") or {}, cost)
+        self.tally.add_cost(cost - (previous[1] if previous else 0.0))
+
+    def finish(self, status: str) -> str:
+        """Write the outcome; returns the final live-view state."""
+        run = self.run
+        fields = _outcome(run)
+        fields.update(self._usage())
+        if self.session is not None:
+            self.rec.drop_private("session.json")
+        if len(run.trace.steps) > _INLINE_STEPS:
+            for step in run.trace.to_dict().get("steps", ()):
+                self.rec.append_step(step)
+        else:
+            fields["trace"] = run.trace.to_dict()
+        if run.error is not None and run.error.phase == "grading":
+            self.rec.set_evaluation({"status": "failed", "error": fields["error"]})
+        self.rec.finish(status, **fields)
+        final = {"completed": "done", "failed": "failed"}.get(status, "interrupted")
+        self.tally.move(self.state, final)
+        heard = self.turns or self.base_turns  # their cost reached the tally turn by turn
+        self.tally.ended(reward=run.reward, cost=None if heard else fields.get("cost"))
+        self.state = final
+        return final
+
+    def _usage(self) -> dict[str, Any]:
+        """Usage and cost: the proxy's turns when there was one, else the trace's."""
+        if not self.turns and self.base_turns == 0:
+            usage, cost = self.run.usage, self.run.cost
+            return {"usage": usage or None, "cost": cost}
+        usage, cost = _sum([(self.base_usage, self.base_cost), *self.turns.values()])
+        return {"usage": usage, "cost": cost}
+
+
+def _sum(items: Iterable[tuple[dict[str, Any], Any]]) -> tuple[dict[str, int], float]:
+    total: dict[str, int] = {}
+    cost = 0.0
+    for usage, spent in items:
+        for k, v in usage.items():
+            if isinstance(v, int):
+                total[k] = total.get(k, 0) + v
+        cost += spent or 0.0
+    return total, cost
+
+
+def _outcome(run: Run) -> dict[str, Any]:
+    grade = run.grade
+    error = run.error
+    evaluation = None
+    if grade is not None:
+        evaluation = "ok"
+    elif error is not None and error.phase == "grading":
+        evaluation = "failed"
+    return {
+        "phase": "done" if run.status == "completed" else run.phase,
+        "reward": run.reward,
+        "error": None
+        if error is None
+        else {"phase": error.phase, "type": error.type, "message": error.message},
+        "stop_reason": run.stop_reason,
+        "launch_attempts": run.launch_attempts,
+        "launch_errors": [
+            {"phase": e.phase, "type": e.type, "message": e.message} for e in run.launch_errors
+        ],
+        "answer": run.answer,
+        "result": {
+            "grade": None
+            if grade is None
+            else {
+                "reward": grade.reward,
+                "subscores": grade.subscores,
+                "info": grade.info,
+                "content": grade.content,
+                "is_error": grade.is_error,
+                "done": grade.done,
+            },
+            "evaluation": evaluation,
+        },
+    }

@@ -1,0 +1,171 @@
+"""What a batch needs before its first rollout: rows, agents, proxies, the runtime.
+
+`Setup.build` turns a `BatchConfig` into live objects (nothing is started yet);
+`Setup.open` starts the runtime and the proxies on an exit stack.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._errors import BatchConfigError
+from ._config import (
+    BatchConfig,
+    CommandAgentEntry,
+    ConfigProblem,
+    PythonAgentEntry,
+    ToolAgentEntry,
+    UrlRuntimeConfig,
+)
+from ._config_runtime import build_runtime
+from ._plan_models import credentials
+
+if TYPE_CHECKING:
+    from ..proxy import InterceptionProxy, SharedBudget
+    from ..records._task import Task
+    from ..runtimes import Runtime
+
+__all__ = ["Setup", "redactor", "secret_values"]
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
+_REDACTED = b"[redacted]"
+
+
+@dataclass(slots=True)
+class Setup:
+    """The live pieces of a batch, built from its config."""
+
+    config: BatchConfig
+    batch_id: str
+    tasks: dict[str, Task]
+    agents: dict[str, Any]
+    models: dict[str, str | None]
+    """Agent name -> the model string its proxy forwards to (None: no proxy)."""
+    runtime: Runtime
+    budget: SharedBudget
+    proxies: dict[str, InterceptionProxy] = field(default_factory=dict)
+    """Model string -> its interception proxy (one per upstream model)."""
+
+    @classmethod
+    def build(cls, config: BatchConfig, batch_id: str, spent: float = 0.0) -> Setup:
+        """Load the rows and agents and build the runtime and proxies (not started).
+
+        Raises:
+            BatchConfigError: the taskset or an agent cannot be loaded.
+        """
+        from ..proxy import InterceptionProxy, SharedBudget
+
+        agents, models = {}, {}
+        for entry, name in zip(config.agents, config.agent_names(), strict=True):
+            if entry.enabled:
+                agents[name] = _agent(config, entry)
+                models[name] = entry.model
+        budget = SharedBudget(config.cost_cap, spent)
+        limits = config.limits.to_limits()
+        proxies = {
+            model: InterceptionProxy(model, limits=limits, budget=budget)
+            for model in dict.fromkeys(m for m in models.values() if m is not None)
+        }
+        runtime = build_runtime(config, batch=batch_id)
+        return cls(config, batch_id, _tasks(config), agents, models, runtime, budget, proxies)
+
+    async def open(self, stack: AsyncExitStack) -> None:
+        """Start the runtime (if it has a lifetime) and every proxy on `stack`."""
+        if hasattr(self.runtime, "__aenter__"):
+            await stack.enter_async_context(self.runtime)  # type: ignore[arg-type]
+        for proxy in self.proxies.values():
+            await stack.enter_async_context(proxy)
+
+    def proxy_for(self, agent: str) -> InterceptionProxy | None:
+        """The proxy the agent's model turns go through, if it names a model."""
+        model = self.models.get(agent)
+        return None if model is None else self.proxies[model]
+
+    @property
+    def adoptable(self) -> bool:
+        """Whether an in-flight rollout's substrate outlives the runner (served elsewhere)."""
+        return isinstance(self.config.runtime, UrlRuntimeConfig)
+
+    def server_token(self) -> str | None:
+        """The token of a server served elsewhere (from its variable), if any."""
+        rt = self.config.runtime
+        if isinstance(rt, UrlRuntimeConfig) and rt.token_env:
+            return os.environ.get(rt.token_env)
+        return None
+
+
+def _tasks(config: BatchConfig) -> dict[str, Task]:
+    from ..tasks import Taskset
+
+    try:
+        taskset = Taskset.from_file(config.resolve(config.taskset.source))
+    except Exception as exc:
+        raise _problem("taskset.source", f"{type(exc).__name__}: {exc}") from exc
+    rows = {task.slug: task for task in taskset}
+    wanted = config.taskset.slugs
+    return rows if wanted is None else {slug: rows[slug] for slug in wanted if slug in rows}
+
+
+def _agent(config: BatchConfig, entry: Any) -> Any:
+    if isinstance(entry, ToolAgentEntry):
+        from ..agents import ToolAgent
+
+        return ToolAgent(
+            entry.model,
+            max_steps=entry.max_steps,
+            system_prompt=entry.system_prompt,
+            tool_timeout=entry.tool_timeout,
+            params=entry.params,
+        )
+    if isinstance(entry, CommandAgentEntry):
+        from ..agents import CommandAgent
+
+        return CommandAgent(
+            entry.argv,
+            cwd=config.resolve(entry.cwd) if entry.cwd else None,
+            env=entry.env,
+            answer=entry.answer,
+            kill_grace=entry.kill_grace,
+        )
+    assert isinstance(entry, PythonAgentEntry)
+    from .._loader import load_agent
+
+    source = config.resolve(config.taskset.source)
+    try:
+        return load_agent(config.resolve_agent(entry.agent), source, config.env_source())
+    except Exception as exc:
+        raise _problem("agents", f"{entry.agent}: {exc}") from exc
+
+
+def _problem(path: str, message: str) -> BatchConfigError:
+    return BatchConfigError([ConfigProblem(path=path, message=message)])
+
+
+def secret_values(config: BatchConfig) -> list[bytes]:
+    """The values of every secret the batch reads (keys, server token), longest first."""
+    names = {c.variable for c in credentials(config)}
+    names |= {name for name in os.environ if _SECRET_NAME.search(name)}
+    rt = config.runtime
+    if isinstance(rt, UrlRuntimeConfig) and rt.token_env:
+        names.add(rt.token_env)
+    values = {os.environ[n].encode() for n in names if len(os.environ.get(n, "")) >= 8}
+    return sorted(values, key=len, reverse=True)
+
+
+def redactor(secrets: list[bytes]) -> Callable[[bytes], bytes] | None:
+    """A function masking `secrets` in what the store writes (None when there are none)."""
+    if not secrets:
+        return None
+
+    def redact(data: bytes) -> bytes:
+        for secret in secrets:
+            if secret in data:
+                data = data.replace(secret, _REDACTED)
+        return data
+
+    return redact
