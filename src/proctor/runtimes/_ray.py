@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..channel._server import EnvServer
     from ..records._task import Task
 
-__all__ = ["RayRuntime", "connect_ray", "placement"]
+__all__ = ["RayRuntime", "actor_namespace", "connect_ray", "placement"]
 
 log = logging.getLogger("proctor.runtimes.ray")
 
@@ -51,12 +51,16 @@ class RayRuntime(Runtime):
     memory; any other key is a custom resource, such as a node's label from
     `ray start --resources '{"gpu_box": 1}'`. Unset, Ray's actor default applies.
 
+    With a `batch`, every actor is named in the Ray namespace `actor_namespace(batch)`,
+    so what a killed batch left on the cluster is found (`proctor batch reconcile`).
+
     Args:
         source: Python file or folder defining the environment; every node must see
             it at this path (a shared file system, or the same checkout).
         address: the cluster, when this process is not connected yet
             (`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup).
         resources: placement for every actor, before the row's own.
+        batch: the batch id its actors carry (None: anonymous actors).
         startup_timeout: seconds for an actor to be placed, start and bind.
         stop_timeout: seconds the shutdown hooks get before the actor is killed.
 
@@ -70,12 +74,14 @@ class RayRuntime(Runtime):
         *,
         address: str | None = None,
         resources: Mapping[str, Any] | None = None,
+        batch: str | None = None,
         startup_timeout: float = 60.0,
         stop_timeout: float = 5.0,
     ) -> None:
         self.source = str(Path(source).resolve())
         self.address = address
         self.resources = dict(resources or {})
+        self.batch = batch
         placement(self.resources)
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
@@ -105,7 +111,10 @@ class RayRuntime(Runtime):
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
         options = self.options(task)
         await connect_ray(self.address)
-        actor = _env_actor().options(**options).remote()
+        named = {}
+        if self.batch is not None:
+            named = {"name": secrets.token_hex(8), "namespace": actor_namespace(self.batch)}
+        actor = _env_actor().options(**options, **named).remote()
         served = False
         try:
             url, token = await self._serve(actor, task, options)
@@ -198,6 +207,11 @@ async def _retire(actor: ActorHandle[Any], stop_timeout: float | None) -> str | 
     finally:
         ray.kill(actor, no_restart=True)  # Ray ends the worker process within milliseconds
     return None
+
+
+def actor_namespace(batch: str) -> str:
+    """The Ray namespace where the actors of batch `batch` are named."""
+    return f"proctor-{batch}"
 
 
 async def connect_ray(address: str | None) -> None:
