@@ -81,6 +81,10 @@ async def boom(run):
     raise RuntimeError("agent boom")
 
 
+async def leaky_boom(run):
+    raise RuntimeError("cannot use key " + os.environ.get("OPENAI_API_KEY", ""))
+
+
 async def leaky(run):
     values = [os.environ.get(n, "") for n in ("OPENAI_API_KEY", "MY_SERVICE_TOKEN", "EXEC_SRV")]
     print("agent sees", *values, flush=True)
