@@ -41,6 +41,7 @@ from ._execute import BatchResult, aexecute, aresume, execute, resume
 from ._files import JsonlReader
 from ._plan import Check, Plan, aplan, plan
 from ._read import count_rollouts, list_rollouts, read_events, read_rollout, read_state
+from ._reconcile import reconcile, reconcile_sync
 from ._recorder import PlannedRollout, RolloutRecorder
 from ._report import render_report, report
 from ._store import LAYOUT_VERSION, TERMINAL, BatchStore, Durability, read_batch
@@ -73,6 +74,8 @@ __all__ = [
     "read_events",
     "read_rollout",
     "read_state",
+    "reconcile",
+    "reconcile_sync",
     "render_report",
     "report",
     "resume",

@@ -29,13 +29,14 @@ from pydantic import BaseModel, ConfigDict
 
 from .._errors import StoreError
 from .._tempdirs import owner
+from . import _files
 from ._config import Assignment, BatchConfig, _clean
 from ._config_load import load_config
 from ._plan import Plan, aplan
 from ._read import list_rollouts
 from ._recording import Recording
 from ._setup import Setup, redactor, secret_values
-from ._store import BatchStore
+from ._store import BatchStore, read_batch
 from ._tally import Tally
 
 __all__ = ["BatchResult", "aexecute", "aresume", "execute", "resume"]
@@ -134,21 +135,29 @@ async def aexecute(
     batch_id = _batch_id(plan.batch or "batch")
     setup = Setup.build(config, batch_id)
     options = {"allow_partial": allow_partial, "skip_model_check": skip_model_check}
-    _refuse_existing(out)  # again: planning took time
-    store = BatchStore.create(
-        out,
-        _meta(config, plan, setup, options),
-        durability=config.durability,
-        redact=redactor(secret_values(config)),
-    )
     enabled = [a for a in plan.assignments if a.enabled]
-    try:
-        store.add_assignments(enabled)
-    except BaseException:
-        store.close()
-        raise
+    store = _create(out, _meta(config, plan, setup, options), config, enabled)
     work: list[_Work] = [(a, 1, None) for a in enabled]
     return await _Runner(store, setup, "execute").run(work, len(enabled), view)
+
+
+def _create(
+    out: str, meta: dict[str, Any], config: BatchConfig, enabled: list[Assignment]
+) -> BatchStore:
+    """Make the output directory whole or not at all: built under a temporary name
+    (batch.json and every assignment), renamed into place, then opened for writing.
+    A runner killed meanwhile leaves `OUT.creating-*`, never a half-made OUT."""
+    temp = f"{out}.creating-{os.getpid()}-{secrets.token_hex(3)}"
+    redact = redactor(secret_values(config))
+    store = BatchStore.create(temp, meta, durability=config.durability, redact=redact)
+    try:
+        store.add_assignments(enabled)
+    finally:
+        store.close()
+    _refuse_existing(out)  # again: planning took time
+    os.rename(temp, out)
+    _files.fsync_dir(os.path.dirname(out))
+    return BatchStore.open(out, durability=config.durability, redact=redact)
 
 
 def _absolute(path: str | os.PathLike[str]) -> str:
@@ -238,7 +247,11 @@ async def aresume(
         StoreError: not a batch output, another runner has it, or the config changed.
     """
     out = _absolute(output_dir)
-    store = BatchStore.open(out)
+    doc = read_batch(out)
+    config = BatchConfig.model_validate(doc["config"])
+    store = BatchStore.open(
+        out, durability=config.durability, redact=redactor(secret_values(config))
+    )
     try:
         setup, plan = await _reload(store, out)
         if not plan.ok:
@@ -439,6 +452,7 @@ class _Runner:
         adopt = None
         if adopted is not None:
             adopt = self._adoption(run, recording, adopted)
+            self.store.event("continued", id=a.rollout_id, attempt=attempt)
         else:
             self.tally.move("queued", "starting")
         try:
