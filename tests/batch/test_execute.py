@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -108,9 +110,12 @@ def cli(*args: str, check: int | None = 0, **kwargs: Any) -> subprocess.Complete
 # -- 1. the happy path, and nothing made when the plan refuses ------------------------
 
 
-def test_a_batch_completes_every_rollout_and_records_how_it_ran(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["default", "strict"])
+def test_a_batch_completes_every_rollout_and_records_how_it_ran(
+    tmp_path: Path, durability: str
+) -> None:
     out = tmp_path / "out"
-    result = execute(batch_of(tmp_path), out)
+    result = execute(batch_of(tmp_path, durability=durability), out, view=io.StringIO())
     assert result.launched and result.exit_code == 0
     assert result.counts == {"completed": 3} and result.ran == 3
     assert result.evaluation_failed == 0 and result.teardown_errors == 0
@@ -151,7 +156,8 @@ def test_batch_json_names_the_runner(tmp_path: Path) -> None:
 def test_the_cli_executes_and_prints_the_result(tmp_path: Path) -> None:
     cfg = batch_of(tmp_path)
     out = tmp_path / "out"
-    proc = cli("batch", str(cfg), "--execute", "--output-dir", str(out), "--quiet")
+    proc = cli("batch", str(cfg), "--execute", "--output-dir", str(out))
+    assert f"batch output: {out}" in proc.stderr  # after the live view, on stderr
     doc = json.loads(proc.stdout)
     assert doc["launched"] is True and doc["counts"] == {"completed": 3}
     assert "plan" not in doc
@@ -437,6 +443,19 @@ def test_a_batch_retries_a_launch_and_records_it(tmp_path: Path) -> None:
     assert retry["id"] == "add-1-2--solver--r1"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: _execute.py _Runner._finished writes launch_retry {id, phase, error}; "
+    "the record contract says {id, attempt, error}",
+)
+def test_a_launch_retry_event_names_its_attempt(tmp_path: Path) -> None:
+    runtime = {"kind": "subprocess", "env": {"EXEC_FLAKY": "1"}}
+    out = tmp_path / "out"
+    execute(batch_of(tmp_path, ROWS[:1], runtime=runtime, launch_retries=1), out)
+    (retry,) = events(out, "launch_retry")
+    assert retry["attempt"] == 1 and "flaky launch" in retry["error"]
+
+
 # -- 8. secrets -----------------------------------------------------------------------
 
 
@@ -530,22 +549,44 @@ def test_resume_refuses_an_edited_config(tmp_path: Path) -> None:
     cfg.write_text(json.dumps(config(max_concurrency=1), indent=2))
     with pytest.raises(StoreError, match="changed since the batch started"):
         resume(out)
+    proc = cli("batch", "--resume", str(out), "--quiet", check=None)
+    assert proc.returncode not in (0, 130) and "changed since the batch started" in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert len(events(out, "runner")) == 1
 
 
-def test_retry_errors_makes_a_new_attempt_and_keeps_the_old_one(tmp_path: Path) -> None:
+def test_resume_refuses_an_edited_taskset(tmp_path: Path) -> None:
+    cfg = batch_of(tmp_path)
     out = tmp_path / "out"
-    result = execute(batch_of(tmp_path, [ROWS[0], BROKEN]), out)
-    assert result.counts == {"completed": 1, "failed": 1}
-    plain = resume(out)
-    assert plain.ran == 0 and plain.counts == {"completed": 1, "failed": 1}
-    retried = resume(out, retry_errors=True)
-    assert retried.ran == 1 and retried.counts == {"completed": 1, "failed": 1}
-    rollout_data = read_rollout(out, "broken--solver--r1")
-    assert rollout_data["record"]["attempt"] == 2 and rollout_data["attempts"] == [1]
-    old = out / "rollouts" / "broken--solver--r1" / "attempts" / "1"
-    assert old.is_dir() and any(old.rglob("*.json"))
-    assert record(out, "add-1-2--solver--r1")["attempt"] == 1
+    execute(cfg, out)
+    rows = [{**ROWS[0], "args": {"a": 5, "b": 5}}, *ROWS[1:]]
+    (tmp_path / "tasks.json").write_text(json.dumps(rows))
+    with pytest.raises(StoreError, match="changed since the batch started"):
+        resume(out)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: _execute.py _Runner.run writes the 'interrupted' event without the "
+    "{signal} the record contract names",
+)
+def test_the_interrupted_event_names_the_signal(tmp_path: Path) -> None:
+    cfg = batch_of(tmp_path, agents=[{"kind": "python", "agent": "agents.py:blocker"}])
+    out = tmp_path / "out"
+
+    def interrupt() -> None:
+        if wait_until(lambda: any(tmp_path.glob("started-*")), within=30):
+            os.kill(os.getpid(), signal.SIGINT)  # execute() turns it into a cancel
+
+    killer = threading.Thread(target=interrupt)
+    killer.start()
+    try:
+        result = execute(cfg, out)
+    finally:
+        killer.join()
+    assert result.stopped == "interrupted" and result.exit_code == 130
+    (event,) = events(out, "interrupted")
+    assert event["signal"] in ("SIGINT", int(signal.SIGINT))
 
 
 async def test_a_retried_attempt_starts_its_model_turns_afresh(
@@ -594,6 +635,8 @@ def test_an_interrupted_cli_batch_resumes_what_is_left(tmp_path: Path) -> None:
     )
     try:
         assert wait_until(lambda: (tmp_path / "started-add-1-2").exists(), within=30)
+        with pytest.raises(StoreError):  # the child runs it: no second runner
+            resume(out)
         child.send_signal(signal.SIGINT)
         stdout, stderr = child.communicate(timeout=30)
     finally:
@@ -644,11 +687,16 @@ async def test_a_cancelled_batch_records_its_in_flight_rollouts_interrupted(
 
 def test_the_report_reads_an_executed_dir(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    execute(batch_of(tmp_path, [*ROWS, BROKEN]), out)
+    result = execute(batch_of(tmp_path, [*ROWS, BROKEN]), out)
     doc = json.loads(cli("batch", "report", str(out), "--json").stdout)
-    assert isinstance(doc, dict) and doc
+    assert doc["batch_id"] == result.batch_id and doc["name"] == "exec"
+    totals = doc["totals"]
+    assert totals["rollouts"] == 4 and totals["graded"] == 3 and totals["mean_reward"] == 1.0
+    assert totals["by_status"]["completed"] == 3 and totals["by_status"]["failed"] == 1
+    assert totals["errors_by_phase"] == {"grading": 1}
     text = cli("batch", "report", str(out)).stdout
-    assert "exec" in text or str(out) in text
+    assert f"Batch exec ({result.batch_id})" in text
+    assert "4 rollouts: completed 3, failed 1" in text
 
 
 def test_the_result_json_round_trips(tmp_path: Path) -> None:
