@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -336,6 +337,25 @@ async def worker_node_dies(ctx: Context) -> dict[str, Any]:
     }
 
 
+async def reconcile_kills_batch_actors(ctx: Context) -> dict[str, Any]:
+    """A batch's actors, named in its namespace, are found and killed by `reconcile`."""
+    import ray
+    from proctor.batch import BatchStore
+    from proctor.batch._reconcile import reconcile
+
+    out = ctx.folder("reconcile") / "out"
+    runtime = {"kind": "ray", "address": ctx.cluster.address}
+    gone = {"pid": 2**22 + 1, "start_time": 1, "host": socket.gethostname()}  # no such pid
+    doc = {"name": "b", "batch_id": "rb1", "config": {"runtime": runtime}, "runner": gone}
+    BatchStore.create(out, doc).close()
+    task = Task(env="ray-where", id="where", args={"i": 0})
+    async with RayRuntime(ENV_SOURCE, batch="rb1")(task):
+        named = ray.util.list_named_actors(all_namespaces=True)
+        first = await reconcile(out)
+        left = ray.util.list_named_actors(all_namespaces=True)
+    return {"named": named, "first": first, "left": left, "second": await reconcile(out)}
+
+
 SCENARIOS: list[Scenario] = [
     cluster_up,
     token_required,
@@ -348,6 +368,7 @@ SCENARIOS: list[Scenario] = [
     executor_cancelled,
     shard_process_dies,
     unpicklable_trace,
+    reconcile_kills_batch_actors,
     worker_node_dies,  # last: the cluster has one node after it
 ]
 

@@ -146,6 +146,16 @@ def test_ray_runtime_launch_errors_are_clear(results: dict[str, Any]) -> None:
 # -- executor="ray" ------------------------------------------------------------------------------
 
 
+def test_reconcile_kills_the_actors_of_the_batch(results: dict[str, Any]) -> None:
+    outcome = scenario(results, "reconcile_kills_batch_actors")
+    [actor] = outcome["named"]
+    assert actor["namespace"] == "proctor-rb1"
+    assert outcome["first"]["removed"]["ray_actors"] == [f"proctor-rb1/{actor['name']}"]
+    assert outcome["first"]["errors"] == []
+    assert outcome["left"] == []
+    assert outcome["second"]["removed"]["ray_actors"] == []
+
+
 def test_ray_runtime_records_a_failed_shutdown_hook(results: dict[str, Any]) -> None:
     outcome = scenario(results, "failed_shutdown_hook")
     assert outcome["reward"] == 1.0  # graded before the actor stopped

@@ -89,7 +89,7 @@ async def reconcile(out: str | os.PathLike[str], *, final: bool = True) -> dict[
             "Ray actors and processes are left"
         )
     else:
-        runtime = doc.get("config", {}).get("runtime") or {}
+        runtime = (doc.get("config") or {}).get("runtime") or {}
         removed["processes"] = _kill_labelled(batch_id)
         removed["containers"] = await _remove_containers(batch_id, runtime, errors)
         removed["ray_actors"] = await _kill_actors(batch_id, runtime, errors)
