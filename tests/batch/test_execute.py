@@ -141,11 +141,6 @@ def test_a_batch_completes_every_rollout_and_records_how_it_ran(
     assert batch["config_file"] == str(tmp_path / "batch.json")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _execute.py _meta(): batch.json has no 'runner' {pid, start_time, host} "
-    "(the record contract lists it; only the 'runner' event has it)",
-)
 def test_batch_json_names_the_runner(tmp_path: Path) -> None:
     out = tmp_path / "out"
     execute(batch_of(tmp_path), out)
@@ -359,11 +354,6 @@ def test_a_teardown_failure_after_the_grade_keeps_the_reward(tmp_path: Path) -> 
     assert result.exit_code == 0  # graded: a teardown error does not fail the batch
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _execute.py _Runner.run: a runtime that fails to close (a local runtime's "
-    "shutdown hook, run once at batch end) raises out of execute(); the result is lost",
-)
 def test_a_runtime_that_fails_to_close_still_gives_a_result(tmp_path: Path) -> None:
     workspace(tmp_path, ROWS[:1], env_extra=SHUTDOWN_BOOM)
     cfg = write_config(tmp_path, config(expected_rollouts=1))
@@ -442,11 +432,6 @@ def test_a_batch_retries_a_launch_and_records_it(tmp_path: Path) -> None:
     assert retry["id"] == "add-1-2--solver--r1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _execute.py _Runner._finished writes launch_retry {id, phase, error}; "
-    "the record contract says {id, attempt, error}",
-)
 def test_a_launch_retry_event_names_its_attempt(tmp_path: Path) -> None:
     runtime = {"kind": "subprocess", "env": {"EXEC_FLAKY": "1"}}
     out = tmp_path / "out"
@@ -564,11 +549,6 @@ def test_resume_refuses_an_edited_taskset(tmp_path: Path) -> None:
         resume(out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _execute.py _Runner.run writes the 'interrupted' event without the "
-    "{signal} the record contract names",
-)
 def test_the_interrupted_event_names_the_signal(tmp_path: Path) -> None:
     cfg = batch_of(tmp_path, agents=[{"kind": "python", "agent": "agents.py:blocker"}])
     out = tmp_path / "out"
@@ -607,11 +587,6 @@ async def test_a_retried_attempt_starts_its_model_turns_afresh(
     assert len([r for r in fake.requests if r.api != "models"]) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _execute.py _spent() sums only the current attempt of each rollout, so "
-    "after --retry-errors a later resume forgets what archived attempts spent (cost cap)",
-)
 async def test_what_an_archived_attempt_spent_still_counts(
     tmp_path: Path, fake: FakeModelServer
 ) -> None:

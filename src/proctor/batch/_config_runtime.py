@@ -48,29 +48,36 @@ def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Runtime:
                 )
             ]
         )
-    return _source_runtime(config, source)
+    return _source_runtime(config, source, batch)
 
 
-def _source_runtime(config: BatchConfig, source: str) -> Runtime:
+def _labelled(env: dict[str, str], batch: str | None) -> dict[str, str]:
+    """The child's extra environment, with the batch label `reconcile` looks for."""
+    from ._reconcile import BATCH_ENV
+
+    return env if batch is None else {**env, BATCH_ENV: batch}
+
+
+def _source_runtime(config: BatchConfig, source: str, batch: str | None) -> Runtime:
     from ..runtimes import LocalRuntime, RayRuntime, SandboxRuntime, SubprocessRuntime
 
     rt, name = config.runtime, config.taskset.env
     if isinstance(rt, SubprocessRuntimeConfig):
         return SubprocessRuntime(
-            source, python=rt.python, env=rt.env, env_name=name, command=rt.command,
-            cwd=rt.cwd and config.resolve(rt.cwd), startup_timeout=rt.startup_timeout,
-            stop_timeout=rt.stop_timeout, warm=rt.warm,
+            source, python=rt.python, env=_labelled(rt.env, batch), env_name=name,
+            command=rt.command, cwd=rt.cwd and config.resolve(rt.cwd),
+            startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout, warm=rt.warm,
         )  # fmt: skip
     if isinstance(rt, SandboxRuntimeConfig):
         return SandboxRuntime(
             source, env_name=name, network=rt.network, warm=rt.warm, python=rt.python,
-            env=rt.env, binds=[config.resolve(p) for p in rt.binds],
+            env=_labelled(rt.env, batch), binds=[config.resolve(p) for p in rt.binds],
             writable=[config.resolve(p) for p in rt.writable], limits=rt.limits,
             startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout, bwrap=rt.bwrap,
         )  # fmt: skip
     if isinstance(rt, RayRuntimeConfig):
         return RayRuntime(
-            source, address=rt.address, resources=rt.resources,
+            source, address=rt.address, resources=rt.resources, batch=batch,
             startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
         )  # fmt: skip
     return LocalRuntime(source, env_name=name)
@@ -84,7 +91,8 @@ def _container_runtime(
     extra = {} if rt.ulimits is None else {"ulimits": rt.ulimits}
     return ContainerRuntime(
         rt.image, rt.source, command=rt.command, env_name=rt.env_name or config.taskset.env,
-        engine=rt.engine, network=rt.network, port=rt.port, env=rt.env, mounts=rt.mounts,
+        engine=rt.engine, network=rt.network, port=rt.port, env=_labelled(rt.env, batch),
+        mounts=rt.mounts,
         resources=rt.resources, batch=batch, labels=rt.labels, oci_runtime=rt.oci_runtime,
         args=rt.args, startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
         **extra,

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from .._errors import StoreError
 from .._tempdirs import owner
 from . import _files
-from ._config import Assignment, BatchConfig, _clean
+from ._config import Assignment, BatchConfig, RayExecutorConfig, _clean
 from ._config_load import load_config
 from ._plan import Plan, aplan
 from ._read import list_rollouts
@@ -42,6 +42,7 @@ from ._tally import Tally
 __all__ = ["BatchResult", "aexecute", "aresume", "execute", "resume"]
 
 _ENDED_OK = "completed"
+_SIGNALS: list[str] = []  # the signals `_run_main` received, latest last
 _Work = tuple[Assignment, int, dict[str, Any] | None]
 """An assignment, its attempt, and the parked session and checkpoint to continue."""
 
@@ -64,16 +65,21 @@ class BatchResult(BaseModel):
     """Rollouts whose grading failed (never a reward of 0)."""
     teardown_errors: int = 0
     stopped: str | None = None
-    """`batch_cost_cap` or `interrupted` when the run stopped before the end."""
+    """`batch_cost_cap`, `interrupted` or `error` when the run stopped before the end."""
+    error: str | None = None
+    """What stopped the runner itself (`stopped == "error"`); what ran is recorded."""
+    signal: str | None = None
+    """The signal that interrupted the run (`SIGINT`, `SIGTERM`)."""
     wall_s: float = 0.0
     cost_usd: float | None = None
     plan: Plan | None = None
 
     @property
     def exit_code(self) -> int:
-        """0 when every rollout completed (graded); 130 after an interrupt; else 1."""
+        """0 when every rollout completed (graded); 128 + the signal's number after an
+        interrupt (130 for Ctrl-C, 143 for SIGTERM); else 1."""
         if self.stopped == "interrupted":
-            return 130
+            return 143 if self.signal == "SIGTERM" else 130
         if not self.launched and self.plan is not None:
             return 1
         done = self.counts.get(_ENDED_OK, 0)
@@ -202,12 +208,19 @@ def _meta(
         },
         "pricing": pricing,
         "pricing_as_of": pricing_date(),
+        "runner": _runner(),
         "plan": {
             "rollouts": plan.rollouts,
             "projected_concurrency": plan.projected_concurrency,
             "projected_cost_usd": plan.projected_cost_usd,
         },
     }
+
+
+def _runner() -> dict[str, Any]:
+    """This process as `reconcile` finds it again: pid, start time (clock ticks), host."""
+    me = owner(os.getpid()) or f"{os.getpid()}-0"
+    return {"pid": os.getpid(), "start_time": me.split("-")[1], "host": socket.gethostname()}
 
 
 def _taskset_digest(setup: Setup) -> str:
@@ -285,6 +298,9 @@ async def _reload(store: BatchStore, out: str) -> tuple[Setup, Plan]:
         allow_partial=bool(options.get("allow_partial")),
         skip_model_check=bool(options.get("skip_model_check")),
     )
+    from ._reconcile import reconcile
+
+    await reconcile(out, final=False)  # dead runners' folders, before anything starts
     setup = Setup.build(config, str(batch["batch_id"]), spent=_spent(out))
     if _taskset_digest(setup) != batch.get("taskset_digest"):
         raise StoreError(f"the taskset {config.taskset.source} changed since the batch started")
@@ -296,7 +312,12 @@ def _all_rows(out: str) -> Iterator[dict[str, Any]]:
 
 
 def _spent(out: str) -> float:
-    return sum(row["cost"] or 0.0 for row in _all_rows(out))
+    """USD recorded so far, earlier attempts (moved aside by a retry) included."""
+    spent = sum(row["cost"] or 0.0 for row in _all_rows(out))
+    for path in Path(out, "rollouts").glob("*/attempts/*/rollout.json"):
+        with contextlib.suppress(OSError, orjson.JSONDecodeError):
+            spent += orjson.loads(path.read_bytes()).get("cost") or 0.0
+    return spent
 
 
 def _leftovers(store: BatchStore, setup: Setup, out: str, retry_errors: bool) -> list[_Work]:
@@ -379,27 +400,31 @@ class _Runner:
         self.timeouts = setup.config.timeouts.to_timeouts()
         self.tally: Tally | None = None
         self.stopped: str | None = None
+        self.error: str | None = None
         self.ran = 0
 
     async def run(self, work: list[_Work], total: int, view: IO[str] | None) -> BatchResult:
         store, setup = self.store, self.setup
-        me = owner(os.getpid()) or f"{os.getpid()}-0"
-        store.event(
-            "runner", pid=os.getpid(), start_time=me.split("-")[1], host=socket.gethostname(),
-            mode=self.mode, work=len(work),
-        )  # fmt: skip
+        store.event("runner", **_runner(), mode=self.mode, work=len(work))
         self.tally = tally = Tally(total)
         for status, n in _final_counts(store.path).items():
             tally.preset(status, n)
         t0 = time.monotonic()
         try:
-            async with AsyncExitStack() as stack:
+            stack = AsyncExitStack()
+            try:
                 await setup.open(stack)
                 await self._view(stack, view)
                 await self._drain(work)
+            finally:
+                await self._close(stack)
         except asyncio.CancelledError:
             self.stopped = "interrupted"
-            store.event("interrupted")
+            store.event("interrupted", signal=_SIGNALS[-1] if _SIGNALS else None)
+        except Exception as exc:  # the runner's own failure: what ran stays recorded
+            self.stopped = "error"
+            self.error = f"{type(exc).__name__}: {exc}"
+            store.event("runner_error", error=self.error)
         finally:
             wall = time.monotonic() - t0
             await self._reconcile()
@@ -407,6 +432,14 @@ class _Runner:
             store.event("finished", counts=result.counts, ran=result.ran, wall_s=wall)
             store.close()
         return result
+
+    async def _close(self, stack: AsyncExitStack) -> None:
+        """Stop the proxies, the live view and the runtime; a failure to stop is
+        recorded, never allowed to lose the batch's result."""
+        try:
+            await stack.aclose()
+        except Exception as exc:
+            self.store.event("runtime_close_failed", error=f"{type(exc).__name__}: {exc}")
 
     async def _view(self, stack: AsyncExitStack, stream: IO[str] | None) -> None:
         if stream is None or self.tally is None:
@@ -430,10 +463,51 @@ class _Runner:
                     return
                 await self._one(a, attempt, adopted)
 
+        if self.config.executor.kind == "ray":
+            return await self._drain_on_ray(work)
         n = min(self.config.max_concurrency, len(work))
         async with asyncio.TaskGroup() as tg:
             for _ in range(n):
                 tg.create_task(worker())
+
+    async def _drain_on_ray(self, work: list[_Work]) -> None:
+        """`executor = "ray"`: whole rollouts on Ray shards, each recorded as it ends
+        (phases are not streamed back; agents naming a model are refused by the plan)."""
+        from ..engine import RayExecutor
+
+        cfg = self.config.executor
+        assert isinstance(cfg, RayExecutorConfig)
+        executor = RayExecutor(
+            cfg.address, shards=cfg.shards, concurrency=cfg.concurrency, resources=cfg.resources
+        )
+        by_agent: dict[str, list[_Work]] = {}
+        for item in work:
+            by_agent.setdefault(item[0].agent, []).append(item)
+        async with asyncio.TaskGroup() as tg:
+            for agent, items in by_agent.items():
+                tg.create_task(self._on_ray(executor, agent, items))
+
+    async def _on_ray(self, executor: Any, agent: str, items: list[_Work]) -> None:
+        setup = self.setup
+        pairs = [(setup.tasks[a.task], f"{a.task}--{a.agent}") for a, _, _ in items]
+
+        def finished(i: int, run: Any) -> None:
+            a, attempt, _ = items[i]
+            assert self.tally is not None
+            recording = Recording(run, self.store.begin(a, attempt=attempt), self.tally)
+            self.tally.move("queued", "running")
+            recording.state = "running"
+            self._finished(a, run, recording, adopted=False)
+
+        await executor.run(
+            pairs,
+            setup.agents[agent],
+            runtime=setup.runtime,
+            job_id=setup.batch_id,
+            timeout=self.timeouts,
+            max_concurrent=self.config.max_concurrency,
+            finished=finished,
+        )
 
     async def _one(self, a: Assignment, attempt: int, adopted: dict[str, Any] | None) -> None:
         from ..agents import Run
@@ -494,10 +568,11 @@ class _Runner:
         lost = adopted and run.error is not None and run.error.phase == "connecting"
         if lost:  # the parked session expired or its server went away
             status = "interrupted"
-        for err in run.launch_errors:
+        for launch, err in enumerate(run.launch_errors, 1):
             self.store.event(
-                "launch_retry", id=a.rollout_id, phase=err.phase, error=f"{err.type}: {err.message}"
-            )
+                "launch_retry", id=a.rollout_id, attempt=launch, phase=err.phase,
+                error=f"{err.type}: {err.message}",
+            )  # fmt: skip
         recording.finish(status)
         self.ran += 1
 
@@ -529,6 +604,8 @@ class _Runner:
             evaluation_failed=sum(1 for r in failures if r["error_phase"] == "grading"),
             teardown_errors=sum(1 for r in failures if r["error_phase"] == "teardown"),
             stopped=self.stopped,
+            error=self.error,
+            signal=_SIGNALS[-1] if self.stopped == "interrupted" and _SIGNALS else None,
             wall_s=wall,
             cost_usd=spent if spent else None,
         )
@@ -554,9 +631,14 @@ def _run_main(coro: Any) -> BatchResult:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         assert task is not None
+
+        def interrupt(sig: signal.Signals) -> None:
+            _SIGNALS.append(sig.name)
+            task.cancel()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, task.cancel)  # fails off the main thread
+                loop.add_signal_handler(sig, interrupt, sig)  # fails off the main thread
         result: BatchResult = await coro
         return result
 

@@ -219,6 +219,11 @@ def _agent_problems(config: BatchConfig, names: list[str], loaded: Loaded) -> li
     """Agents that cannot run: a Python agent that does not resolve, a missing command."""
     problems = []
     for entry, name in zip(config.agents, names, strict=True):
+        if config.executor.kind == "ray" and entry.enabled and entry.model is not None:
+            problems.append(
+                f"agent {name!r}: executor 'ray' runs agents without the interception "
+                "proxy, so an agent that names a model needs executor 'local'"
+            )
         spec = config.resolve_agent(entry.agent) if isinstance(entry, PythonAgentEntry) else ""
         if spec in loaded.agent_problems:
             problems.append(f"agent {name!r}: {loaded.agent_problems[spec]}")

@@ -75,8 +75,9 @@ class Setup:
         return cls(config, batch_id, _tasks(config), agents, models, runtime, budget, proxies)
 
     async def open(self, stack: AsyncExitStack) -> None:
-        """Start the runtime (if it has a lifetime) and every proxy on `stack`."""
-        if hasattr(self.runtime, "__aenter__"):
+        """Start the runtime (if it has a lifetime, and unless Ray shards enter it
+        themselves) and every proxy on `stack`."""
+        if hasattr(self.runtime, "__aenter__") and self.config.executor.kind != "ray":
             await stack.enter_async_context(self.runtime)  # type: ignore[arg-type]
         for proxy in self.proxies.values():
             await stack.enter_async_context(proxy)

@@ -132,6 +132,8 @@ def cmd_batch_resume(args: argparse.Namespace) -> int:
 def _finish(result: Any) -> int:
     sys.stdout.write(result.to_json() + "\n")
     sys.stdout.flush()
+    if result.error:
+        print(f"error: the runner stopped: {result.error}", file=sys.stderr)
     if not result.launched and result.plan is not None:
         _say_not_ok(result.plan)
     elif result.output_dir:
@@ -154,12 +156,23 @@ def cmd_batch_report(args: argparse.Namespace) -> int:
 
 
 def cmd_batch_reconcile(args: argparse.Namespace) -> int:
-    """Remove what a killed runner left labelled for its batch; print what went."""
-    from ..batch import reconcile_sync
+    """Remove what a killed runner left labelled for its batch; print what went.
+
+    The report is also recorded as a `reconciled` event, unless a runner holds the
+    directory (then it is only printed). Exit 1 if anything could not be removed.
+    """
+    from .._errors import StoreError
+    from ..batch import BatchStore, reconcile_sync
     from ._common import print_json
 
-    print_json(reconcile_sync(args.target))
-    return 0
+    report = reconcile_sync(args.target)
+    try:
+        with BatchStore.open(args.target) as store:
+            store.event("reconciled", removed=report["removed"], errors=report["errors"])
+    except StoreError as exc:
+        print(f"note: not recorded in {args.target}: {exc}", file=sys.stderr)
+    print_json(report)
+    return 1 if report["errors"] else 0
 
 
 def cmd_batch_schema(args: argparse.Namespace) -> int:
