@@ -35,6 +35,10 @@ sysdeps:
 demo: $(STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
 	$(BIN)/proctor run examples/shellfix/tasks.py
+	@out=$$(mktemp -d)/letters-batch; \
+	$(BIN)/proctor batch examples/batch/letters.toml --execute --output-dir $$out --quiet > $$out.json && \
+	$(BIN)/proctor batch report $$out | head -8 && \
+	echo "result: $$out.json; full report: .venv/bin/proctor batch report $$out"
 
 # Tests are type-checked too, with annotations optional (the bodies are still checked),
 # folder by folder: pytest imports each folder's helpers as top-level modules, and every

@@ -72,6 +72,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         for proc in (model, env):
             proc.terminate()
             proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def _config(servers: dict[str, Any], trial: int) -> Path:

@@ -356,6 +356,36 @@ async def reconcile_kills_batch_actors(ctx: Context) -> dict[str, Any]:
     return {"named": named, "first": first, "left": left, "second": await reconcile(out)}
 
 
+async def batch_on_ray(ctx: Context) -> dict[str, Any]:
+    """A batch with `executor = "ray"`: a file-loaded agent shipped by value to shards,
+    every rollout recorded in the output directory as it ends."""
+    from proctor.batch import aexecute, list_rollouts
+
+    folder = ctx.folder("batch")
+    (folder / "agent.py").write_text(
+        "from proctor import agent_from_fn\n\nsolve = agent_from_fn(lambda prompt: prompt)\n"
+    )
+    rows = [{"env": "ray-where", "id": "where", "args": {"i": i}} for i in range(6)]
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {
+        "taskset": {"source": "tasks.jsonl", "env_source": str(ENV_SOURCE)},
+        "agents": [{"kind": "python", "agent": "agent.py:solve"}],
+        "runtime": {"kind": "local"},
+        "executor": {"kind": "ray", "address": ctx.cluster.address},
+        "max_concurrency": 4,
+        "expected_rollouts": 6,
+    }
+    (folder / "batch.json").write_text(json.dumps(config))
+    result = await aexecute(folder / "batch.json", folder / "out")
+    rows_out = list_rollouts(folder / "out", limit=None)
+    return {
+        "result": result.model_dump(mode="json", exclude={"plan"}),
+        "plan": None if result.plan is None else [c.reason for c in result.plan.checks if not c.ok],
+        "statuses": [r["status"] for r in rows_out],
+        "rewards": [r["reward"] for r in rows_out],
+    }
+
+
 SCENARIOS: list[Scenario] = [
     cluster_up,
     token_required,
@@ -369,6 +399,7 @@ SCENARIOS: list[Scenario] = [
     shard_process_dies,
     unpicklable_trace,
     reconcile_kills_batch_actors,
+    batch_on_ray,
     worker_node_dies,  # last: the cluster has one node after it
 ]
 

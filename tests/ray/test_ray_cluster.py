@@ -228,3 +228,11 @@ def test_a_dead_worker_node_fails_only_its_rollouts(results: dict[str, Any]) -> 
     assert all("died" in m for m in outcome["messages"])
     assert outcome["seconds_after_kill"] < 20
     assert outcome["recorded_left"] == []  # the job dropped the phases it recorded
+
+
+def test_a_batch_runs_on_ray_shards_and_records_every_rollout(results: dict[str, Any]) -> None:
+    outcome = scenario(results, "batch_on_ray")
+    assert outcome["plan"] is None, outcome["plan"]
+    assert outcome["result"]["launched"] and outcome["result"]["counts"] == {"completed": 6}
+    assert outcome["statuses"] == ["completed"] * 6
+    assert outcome["rewards"] == [1.0] * 6

@@ -22,12 +22,16 @@ if TYPE_CHECKING:
 __all__ = ["build_runtime"]
 
 
-def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Runtime:
+def build_runtime(
+    config: BatchConfig, *, batch: str | None = None, log: str | None = None
+) -> Runtime:
     """The runtime provider `config.runtime` names, not yet entered.
 
     Args:
         config: the batch config; paths resolve against its folder.
-        batch: the `proctor.batch` label of a container runtime's containers.
+        batch: the label of the batch's substrates (containers, Ray actors, and
+            `PROCTOR_BATCH_ID` in every server child's environment).
+        log: the file subprocess and sandbox servers' output is appended to.
 
     Raises:
         BatchConfigError: the runtime needs an environment source on this machine and
@@ -48,7 +52,7 @@ def build_runtime(config: BatchConfig, *, batch: str | None = None) -> Runtime:
                 )
             ]
         )
-    return _source_runtime(config, source, batch)
+    return _source_runtime(config, source, batch, log)
 
 
 def _labelled(env: dict[str, str], batch: str | None) -> dict[str, str]:
@@ -58,7 +62,9 @@ def _labelled(env: dict[str, str], batch: str | None) -> dict[str, str]:
     return env if batch is None else {**env, BATCH_ENV: batch}
 
 
-def _source_runtime(config: BatchConfig, source: str, batch: str | None) -> Runtime:
+def _source_runtime(
+    config: BatchConfig, source: str, batch: str | None, log: str | None
+) -> Runtime:
     from ..runtimes import LocalRuntime, RayRuntime, SandboxRuntime, SubprocessRuntime
 
     rt, name = config.runtime, config.taskset.env
@@ -67,6 +73,7 @@ def _source_runtime(config: BatchConfig, source: str, batch: str | None) -> Runt
             source, python=rt.python, env=_labelled(rt.env, batch), env_name=name,
             command=rt.command, cwd=rt.cwd and config.resolve(rt.cwd),
             startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout, warm=rt.warm,
+            log=log,
         )  # fmt: skip
     if isinstance(rt, SandboxRuntimeConfig):
         return SandboxRuntime(
@@ -74,6 +81,7 @@ def _source_runtime(config: BatchConfig, source: str, batch: str | None) -> Runt
             env=_labelled(rt.env, batch), binds=[config.resolve(p) for p in rt.binds],
             writable=[config.resolve(p) for p in rt.writable], limits=rt.limits,
             startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout, bwrap=rt.bwrap,
+            log=log,
         )  # fmt: skip
     if isinstance(rt, RayRuntimeConfig):
         return RayRuntime(

@@ -139,7 +139,7 @@ async def aexecute(
     if not isinstance(config, BatchConfig):
         config = load_config(config)
     batch_id = _batch_id(plan.batch or "batch")
-    setup = Setup.build(config, batch_id)
+    setup = Setup.build(config, batch_id, out)
     options = {"allow_partial": allow_partial, "skip_model_check": skip_model_check}
     enabled = [a for a in plan.assignments if a.enabled]
     store = _create(out, _meta(config, plan, setup, options), config, enabled)
@@ -215,6 +215,13 @@ def _meta(
             "projected_cost_usd": plan.projected_cost_usd,
         },
     }
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message` of the first real error inside any exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
 
 
 def _runner() -> dict[str, Any]:
@@ -301,7 +308,7 @@ async def _reload(store: BatchStore, out: str) -> tuple[Setup, Plan]:
     from ._reconcile import reconcile
 
     await reconcile(out, final=False)  # dead runners' folders, before anything starts
-    setup = Setup.build(config, str(batch["batch_id"]), spent=_spent(out))
+    setup = Setup.build(config, str(batch["batch_id"]), out, spent=_spent(out))
     if _taskset_digest(setup) != batch.get("taskset_digest"):
         raise StoreError(f"the taskset {config.taskset.source} changed since the batch started")
     return setup, plan
@@ -423,7 +430,7 @@ class _Runner:
             store.event("interrupted", signal=_SIGNALS[-1] if _SIGNALS else None)
         except Exception as exc:  # the runner's own failure: what ran stays recorded
             self.stopped = "error"
-            self.error = f"{type(exc).__name__}: {exc}"
+            self.error = _describe(exc)
             store.event("runner_error", error=self.error)
         finally:
             wall = time.monotonic() - t0
@@ -499,6 +506,7 @@ class _Runner:
             recording.state = "running"
             self._finished(a, run, recording, adopted=False)
 
+        _ship_by_value(setup.agents[agent])
         await executor.run(
             pairs,
             setup.agents[agent],
@@ -609,6 +617,21 @@ class _Runner:
             wall_s=wall,
             cost_usd=spent if spent else None,
         )
+
+
+def _ship_by_value(agent: Any) -> None:
+    """Pickle a file-loaded agent's module by value: Ray workers cannot import it by
+    name (it was loaded from a path, e.g. `agent.py:solve`)."""
+    import sys
+
+    import ray.cloudpickle
+
+    module = sys.modules.get(getattr(agent, "__module__", "") or type(agent).__module__)
+    if module is not None and module.__name__ not in ("builtins", "__main__"):
+        spec = getattr(module, "__spec__", None)
+        if spec is None or spec.origin is None or "site-packages" not in spec.origin:
+            with contextlib.suppress(ValueError):  # already registered
+                ray.cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
 def _counts(out: str) -> dict[str, int]:

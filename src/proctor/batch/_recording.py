@@ -124,6 +124,9 @@ class Recording:
                 self.rec.append_step(step)
         else:
             fields["trace"] = run.trace.to_dict()
+        harness = _harness_output(run)
+        if harness:
+            self.rec.log(harness)
         if run.error is not None and run.error.phase == "grading":
             self.rec.set_evaluation({"status": "failed", "error": fields["error"]})
         self.rec.finish(status, **fields)
@@ -152,6 +155,15 @@ def _sum(items: Iterable[tuple[dict[str, Any], Any]]) -> tuple[dict[str, int], f
                 total[k] = total.get(k, 0) + v
         cost += spent or 0.0
     return total, cost
+
+
+def _harness_output(run: Run) -> str:
+    """What a harness (`CommandAgent`) wrote on stderr, as its trace kept it."""
+    return "".join(
+        str(step.data["stderr"])
+        for step in run.trace.steps
+        if step.kind == "assistant" and step.data and step.data.get("stderr")
+    )
 
 
 def _outcome(run: Run) -> dict[str, Any]:

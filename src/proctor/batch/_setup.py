@@ -52,8 +52,9 @@ class Setup:
     """Model string -> its interception proxy (one per upstream model)."""
 
     @classmethod
-    def build(cls, config: BatchConfig, batch_id: str, spent: float = 0.0) -> Setup:
-        """Load the rows and agents and build the runtime and proxies (not started).
+    def build(cls, config: BatchConfig, batch_id: str, out: str, spent: float = 0.0) -> Setup:
+        """Load the rows and agents and build the runtime and proxies (not started);
+        server children's output goes to `OUT/environment.log`.
 
         Raises:
             BatchConfigError: the taskset or an agent cannot be loaded.
@@ -71,7 +72,7 @@ class Setup:
             model: InterceptionProxy(model, limits=limits, budget=budget)
             for model in dict.fromkeys(m for m in models.values() if m is not None)
         }
-        runtime = build_runtime(config, batch=batch_id)
+        runtime = build_runtime(config, batch=batch_id, log=os.path.join(out, "environment.log"))
         return cls(config, batch_id, _tasks(config), agents, models, runtime, budget, proxies)
 
     async def open(self, stack: AsyncExitStack) -> None:
