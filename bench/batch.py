@@ -14,7 +14,7 @@ rollout recorded (index, events, one record per rollout), reconcile, close. Figu
 - rollouts/s: N over the wall time of the whole `execute` call (planning and loading
   the taskset included), and `in loop` over the runner's own `wall_s` (the drain);
 - CPU ms/rollout: the process's user + system time over the call (the store's flush
-  thread included), over N;
+  thread included), over N; `sys` is the system time's share of it;
 - first/last 10%: wall ms per rollout of the first and the last tenth to end (from the
   index's `ended_at`): flat means no growth within a run;
 - RSS: peak resident set (ru_maxrss) of the row's interpreter;
@@ -108,22 +108,28 @@ def workspace(root: Path, n: int, concurrency: int) -> Path:
 # -- one row, in its own interpreter ----------------------------------------------------
 
 
-def _usage() -> tuple[float, float]:
-    """(CPU seconds user + system, peak RSS MB) of this process so far."""
+def _usage() -> tuple[float, float, float]:
+    """(CPU seconds user + system, of which system, peak RSS MB) of this process so far."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+    return ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_maxrss / 1024
+
+
+def _since(t0: float, usage0: tuple[float, float, float]) -> dict[str, float]:
+    """Wall, CPU and system seconds since `t0`/`usage0`, and the peak RSS."""
+    wall, (cpu, sys_s, rss) = time.perf_counter() - t0, _usage()
+    return {"wall_s": wall, "cpu_s": cpu - usage0[0], "sys_s": sys_s - usage0[1], "rss_mb": rss}
 
 
 def run_batch(ws: Path, out: Path) -> dict[str, Any]:
     """`execute` the workspace's config into `out`; its timings and result."""
     from proctor.batch import execute
 
-    cpu0, t0 = _usage()[0], time.perf_counter()
+    usage0, t0 = _usage(), time.perf_counter()
     result = execute(ws / "batch.json", out)
-    wall, (cpu1, rss) = time.perf_counter() - t0, _usage()
+    figures = _since(t0, usage0)
     if not result.launched:
         raise SystemExit(f"the batch did not launch:\n{result.to_json()}")
-    return {"wall_s": wall, "loop_s": result.wall_s, "cpu_s": cpu1 - cpu0, "rss_mb": rss}
+    return {**figures, "loop_s": result.wall_s}
 
 
 def _asyncio_runner() -> Callable[[Coroutine[Any, Any, Any]], Any]:
@@ -151,10 +157,9 @@ def run_baseline(ws: Path, concurrency: int) -> dict[str, Any]:
         ok = sum(1 for r in job.runs if r.status == "completed" and r.reward == 1.0)
         return ok, time.perf_counter() - t1
 
-    cpu0, t0 = _usage()[0], time.perf_counter()
+    usage0, t0 = _usage(), time.perf_counter()
     ok, loop = _asyncio_runner()(main())
-    wall, (cpu1, rss) = time.perf_counter() - t0, _usage()
-    return {"wall_s": wall, "loop_s": loop, "cpu_s": cpu1 - cpu0, "rss_mb": rss, "ok": ok}
+    return {**_since(t0, usage0), "loop_s": loop, "ok": ok}
 
 
 def profile_batch(ws: Path, out: Path, top: int = 25) -> str:
@@ -276,7 +281,8 @@ def _line(r: dict[str, Any]) -> str:
         )
     return (
         f"{n:>8,} {r['mode']:>8} {r['wall_s']:>7.1f} {n / r['wall_s']:>10,.0f} "
-        f"{n / r['loop_s']:>8,.0f} {r['cpu_s'] / n * 1e3:>8.3f} {r['rss_mb']:>7.0f} "
+        f"{n / r['loop_s']:>8,.0f} {r['cpu_s'] / n * 1e3:>8.3f} {r['sys_s'] / r['cpu_s']:>5.0%} "
+        f"{r['rss_mb']:>7.0f} "
         f"{disk_cols} {'yes' if r['ok'] else 'NO':>4}"
     )
 
@@ -285,7 +291,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     """The figures, one line per size and mode."""
     head = (
         f"{'rollouts':>8} {'mode':>8} {'wall s':>7} {'rollouts/s':>10} {'in loop':>8} "
-        f"{'CPU ms/r':>8} {'RSS MB':>7} {'alloc B/r':>10} {'appar. B/r':>10} "
+        f"{'CPU ms/r':>8} {'sys':>5} {'RSS MB':>7} {'alloc B/r':>10} {'appar. B/r':>10} "
         f"{'1st/last 10%':>11} {'all ok':>4}"
     )
     lines = [head, "-" * len(head), *(_line(r) for r in rows)]
