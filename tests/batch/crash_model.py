@@ -25,7 +25,7 @@ from proctor.testing import FakeModelServer, Reply
 def main(log_path: str) -> None:
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    async def policy(request):  # type: ignore[no-untyped-def]
+    async def policy(request):
         messages = (request.json or {}).get("messages") or []
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
         os.write(log, (digest + "\n").encode())

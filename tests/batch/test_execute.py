@@ -110,6 +110,24 @@ def cli(*args: str, check: int | None = 0, **kwargs: Any) -> subprocess.Complete
 # -- 1. the happy path, and nothing made when the plan refuses ------------------------
 
 
+def test_durability_given_on_the_command_line_is_what_ran(tmp_path: Path) -> None:
+    cfg = batch_of(tmp_path)
+    out = tmp_path / "out"
+    cli(
+        "batch",
+        str(cfg),
+        "--execute",
+        "--output-dir",
+        str(out),
+        "--quiet",
+        "--durability",
+        "strict",
+    )
+    assert read_batch(out)["config"]["durability"] == "strict"
+    proc = cli("batch", "--resume", str(out), "--quiet", "--durability", "strict")
+    assert json.loads(proc.stdout)["ran"] == 0
+
+
 @pytest.mark.parametrize("durability", ["default", "strict"])
 def test_a_batch_completes_every_rollout_and_records_how_it_ran(
     tmp_path: Path, durability: str

@@ -491,8 +491,12 @@ class BatchConfig(_Model):
         return [entry.name or entry.default_name() for entry in self.agents]
 
     def digest(self) -> str:
-        """SHA-256 of the canonical JSON of this config (what `--resume` compares)."""
-        canonical = orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+        """SHA-256 of the canonical JSON of this config (what `--resume` compares).
+
+        `durability` is left out: it changes how the runner writes, not what it runs.
+        """
+        doc = self.model_dump(mode="json", exclude={"durability"})
+        canonical = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(canonical).hexdigest()
 
     def assignments(self, slugs: Sequence[str]) -> list[Assignment]:

@@ -36,7 +36,7 @@ from ._plan import Plan, aplan
 from ._read import list_rollouts
 from ._recording import Recording
 from ._setup import Setup, redactor, secret_values
-from ._store import BatchStore, read_batch
+from ._store import BatchStore, Durability, read_batch
 from ._tally import Tally
 
 __all__ = ["BatchResult", "aexecute", "aresume", "execute", "resume"]
@@ -102,11 +102,13 @@ def execute(
     allow_partial: bool = False,
     skip_model_check: bool = False,
     view: IO[str] | None = None,
+    durability: Durability | None = None,
 ) -> BatchResult:
     """Plan `config`; if every check passes, run the batch into the new `output_dir`.
 
     `view` is where the live view goes (a terminal gets a rich panel, anything else
-    plain lines); None shows nothing.
+    plain lines); None shows nothing. `durability` overrides the config's (`strict`
+    fsyncs every state change; see docs/batch-layout.md).
 
     Raises:
         StoreError: `output_dir` already exists.
@@ -118,6 +120,7 @@ def execute(
             allow_partial=allow_partial,
             skip_model_check=skip_model_check,
             view=view,
+            durability=durability,
         )
     )
 
@@ -129,10 +132,15 @@ async def aexecute(
     allow_partial: bool = False,
     skip_model_check: bool = False,
     view: IO[str] | None = None,
+    durability: Durability | None = None,
 ) -> BatchResult:
     """`execute`, for callers already in an event loop."""
     out = _absolute(output_dir)
     _refuse_existing(out)
+    if durability is not None:
+        if not isinstance(config, BatchConfig):
+            config = load_config(config)
+        config = _with_durability(config, durability)
     plan = await aplan(config, allow_partial=allow_partial, skip_model_check=skip_model_check)
     if not plan.ok:
         return BatchResult(launched=False, output_dir=None, plan=plan)
@@ -145,6 +153,12 @@ async def aexecute(
     store = _create(out, _meta(config, plan, setup, options), config, enabled)
     work: list[_Work] = [(a, 1, None) for a in enabled]
     return await _Runner(store, setup, "execute").run(work, len(enabled), view)
+
+
+def _with_durability(config: BatchConfig, durability: Durability) -> BatchConfig:
+    copy = config.model_copy(update={"durability": durability})
+    copy._path = config.path
+    return copy
 
 
 def _create(
@@ -243,9 +257,12 @@ def resume(
     *,
     retry_errors: bool = False,
     view: IO[str] | None = None,
+    durability: Durability | None = None,
 ) -> BatchResult:
     """Continue the batch in `output_dir` (see `aresume`)."""
-    return _run_main(aresume(output_dir, retry_errors=retry_errors, view=view))
+    return _run_main(
+        aresume(output_dir, retry_errors=retry_errors, view=view, durability=durability)
+    )
 
 
 async def aresume(
@@ -253,6 +270,7 @@ async def aresume(
     *,
     retry_errors: bool = False,
     view: IO[str] | None = None,
+    durability: Durability | None = None,
 ) -> BatchResult:
     """Continue a batch: never redo a completed rollout, re-admit the rest.
 
@@ -262,6 +280,7 @@ async def aresume(
     substrate survived (an environment served elsewhere, which parked the session);
     otherwise it is recorded once as `interrupted`, in its phase. With `retry_errors`,
     failed and interrupted rollouts get a new attempt (the old one is kept on disk).
+    `durability` overrides the recorded config's for this runner.
 
     Raises:
         StoreError: not a batch output, another runner has it, or the config changed.
@@ -270,7 +289,7 @@ async def aresume(
     doc = read_batch(out)
     config = BatchConfig.model_validate(doc["config"])
     store = BatchStore.open(
-        out, durability=config.durability, redact=redactor(secret_values(config))
+        out, durability=durability or config.durability, redact=redactor(secret_values(config))
     )
     try:
         setup, plan = await _reload(store, out)

@@ -55,6 +55,12 @@ def add_batch_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--json", action="store_true", help="report: JSON instead of tables (plans are JSON)"
     )
     batch.add_argument("--quiet", action="store_true", help="no live view on stderr")
+    batch.add_argument(
+        "--durability",
+        choices=("default", "strict"),
+        help="strict: fsync every state change; default: group commits within 0.2 s "
+        "(overrides the config's)",
+    )
     batch.set_defaults(handler=_dispatch)
     return batch
 
@@ -113,6 +119,7 @@ def cmd_batch_execute(args: argparse.Namespace) -> int:
         allow_partial=args.allow_partial,
         skip_model_check=args.skip_model_check,
         view=None if args.quiet else sys.stderr,
+        durability=args.durability,
     )
     return _finish(result)
 
@@ -124,7 +131,10 @@ def cmd_batch_resume(args: argparse.Namespace) -> int:
     if args.config is not None or args.execute or args.output_dir:
         raise CLIError("--resume OUT takes no CONFIG, --execute or --output-dir")
     result = resume(
-        args.resume, retry_errors=args.retry_errors, view=None if args.quiet else sys.stderr
+        args.resume,
+        retry_errors=args.retry_errors,
+        view=None if args.quiet else sys.stderr,
+        durability=args.durability,
     )
     return _finish(result)
 
