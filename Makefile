@@ -3,6 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PEERS := .venv-peers
+# Two install levels in one venv: the demo needs only proctor and the OpenAI SDK (for
+# the scripted tool-calling example); the tests need every extra (Ray, the SDKs, linters).
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench peers sysdeps clean
@@ -11,9 +14,13 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[demo]'
+	touch $(DEMO_STAMP)
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,uvloop]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 # HUD (the peer we interoperate with) lives in its own venv: its pins are its own.
 $(PEERS)/.installed:
@@ -29,10 +36,11 @@ peers: $(PEERS)/.installed
 sysdeps:
 	@if command -v bwrap >/dev/null && command -v podman >/dev/null && [ -x /usr/sbin/runc ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "make sysdeps: installing Debian packages bubblewrap podman runc (apt-get, as root)" >&2; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc >/dev/null; \
 	else echo "make sysdeps: install bubblewrap, podman and runc (as root: apt-get install -y bubblewrap podman runc)" >&2; exit 1; fi
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
 	$(BIN)/proctor run examples/shellfix/tasks.py
 	@out=$$(mktemp -d)/letters-batch; \
