@@ -7,9 +7,10 @@ import importlib.util
 import inspect
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._errors import SourceError
 
@@ -99,12 +100,23 @@ def load_object(spec: str) -> object:
     return obj
 
 
-def load_agent(spec: str, source: str, env_source: str | None = None) -> object:
+def load_agent(
+    spec: str,
+    source: str,
+    env_source: str | None = None,
+    *,
+    wrap: Callable[[Callable[..., Any]], object] | None = None,
+) -> object:
     """The agent `spec` names: `module:attr`, `path.py:attr` or `builtin`.
 
     `builtin` is the `agent` global of the taskset source (else of `env_source`). A
     class is instantiated with no arguments. `proctor run --agent` and the batch plan
     both resolve agents here.
+
+    A plain function of the prompt (`def solve(prompt)`, or an `async def` whose first
+    parameter is named `prompt` or annotated `str`) is no agent: it is passed to `wrap`
+    (`proctor.agent_from_fn`, which calls it with `run.prompt` and takes its return
+    value as the answer) when given, else refused with a message saying so.
 
     Raises:
         SourceError: the module cannot be loaded, or nothing usable has that name.
@@ -135,12 +147,34 @@ def load_agent(spec: str, source: str, env_source: str | None = None) -> object:
         raise SourceError(
             f"{spec}: a {type(obj).__name__} is not an agent; need async __call__(run)"
         )
+    if _takes_prompt(obj):
+        if wrap is None:
+            raise SourceError(
+                f"{spec}: a function of the prompt, not an agent of the run; wrap it "
+                "with proctor.agent_from_fn, or make it `async def (run)`"
+            )
+        return wrap(obj)
     call = obj if inspect.isroutine(obj) else type(obj).__call__
     if inspect.isfunction(call) and not inspect.iscoroutinefunction(call):
         raise SourceError(
             f"{spec}: not async; an agent is `async def (run)` or async __call__(run)"
         )
     return obj
+
+
+def _takes_prompt(obj: object) -> bool:
+    """A plain function of the prompt: sync and not taking a `run`, or async with a
+    first parameter named `prompt` or annotated `str`."""
+    if not inspect.isfunction(obj) and not inspect.ismethod(obj):
+        return False
+    params = list(inspect.signature(obj).parameters.values())
+    first = params[0] if params else None
+    if first is None:
+        return False
+    if first.name == "prompt" or first.annotation in (str, "str"):
+        return True
+    is_run = first.name == "run" or "Run" in str(first.annotation)
+    return not inspect.iscoroutinefunction(obj) and not is_run
 
 
 def _is_python(source: str) -> bool:

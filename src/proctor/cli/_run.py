@@ -125,12 +125,13 @@ def _agent(
 ) -> tuple[Any, InterceptionProxy | None]:
     """The agent `--agent`, `--model` or `--harness` names, and the harness's proxy."""
     from .._loader import load_agent
+    from ..agents import agent_from_fn
 
     if (args.harness_env or args.no_jail) and args.harness is None:
         raise CLIError("--harness-env and --no-jail apply to --harness")
     if args.model or args.harness:
         return _model_agent(args)
-    return load_agent(args.agent, source, env_source), None
+    return load_agent(args.agent, source, env_source, wrap=agent_from_fn), None
 
 
 def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | None]:
