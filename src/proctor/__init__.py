@@ -103,7 +103,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    """The public names only (not this module's own imports and helpers)."""
+    return sorted([*__all__, "__version__"])
 
 
 if TYPE_CHECKING:
