@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 
 from .._errors import TeardownError
-from .._usererror import print_error, user_message
+from .._usererror import debugging, print_error, user_message
 from ..env._environment import Environment
 from ._server import DEFAULT_PARK_TTL, EnvServer
 
@@ -200,7 +200,7 @@ def run_server(
     except Exception as exc:
         where = f"unix://{unix}" if unix else f"{host}:{port}"
         message = user_message(exc, os_context=f"cannot listen on {where}")
-        if message is None:
+        if message is None or debugging():
             raise
         print_error(message)
         return 1

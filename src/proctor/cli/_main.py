@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .._usererror import print_error, user_message
+from .._usererror import print_error, print_remote_traceback, user_message
 from ._batch import add_batch_parser
 from ._common import Terminated
 
@@ -42,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         message = user_message(exc)
         if message is None or os.environ.get("PROCTOR_DEBUG"):
+            print_remote_traceback(exc)  # the environment server's, before ours
             raise
         print_error(message)
         return 1
