@@ -31,6 +31,15 @@ $(PEERS)/.installed:
 
 peers: $(PEERS)/.installed
 
+# verifiers (a peer `make bench` measures: its interception proxy) in a venv of its own,
+# pinned in pyproject's `verifiers` extra; ~570 MB, so only `make bench` installs it.
+VERIFIERS := .venv-verifiers
+$(VERIFIERS)/.installed:
+	$(PY) -m venv $(VERIFIERS)
+	$(VERIFIERS)/bin/python -m pip install -q --upgrade pip
+	$(VERIFIERS)/bin/python -m pip install -q -e '.[verifiers]'
+	touch $(VERIFIERS)/.installed
+
 # What the substrate tests run for real: bubblewrap (SandboxRuntime), podman with runc
 # (ContainerRuntime; crun fails on these hosts' cgroups). Installed as root when missing.
 sysdeps:
@@ -67,10 +76,10 @@ lint: $(STAMP)
 test: $(STAMP) peers sysdeps lint
 	PROCTOR_PEERS_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q
 
-bench: $(STAMP) peers
+bench: $(STAMP) peers $(VERIFIERS)/.installed
 	$(BIN)/python bench/rollouts.py --peers-python $(PEERS)/bin/python
-	$(BIN)/python bench/proxy.py
-	$(BIN)/python bench/substrates.py
+	$(BIN)/python bench/proxy.py --verifiers-python $(VERIFIERS)/bin/python
+	$(BIN)/python bench/substrates.py --peers-python $(PEERS)/bin/python
 
 clean:
 	rm -rf $(VENV) $(PEERS) .pytest_cache .mypy_cache .ruff_cache

@@ -144,3 +144,60 @@ def main(sections: dict[str, Section], dist: str) -> None:
             out = {"error": f"{type(exc).__name__}: {exc}"}
     out["seconds"] = time.perf_counter() - t0
     Path(args.out).write_text(json.dumps({"framework": info, "section": out}, indent=1))
+
+
+# -- the machine's pace, measured in the same run --------------------------------------------
+
+
+def _reap(start: Callable[[], int], n: int, in_flight: int) -> float:
+    """Start `n` short-lived processes, at most `in_flight` at once; wall seconds."""
+    t0, live = time.perf_counter(), 0
+    for _ in range(n):
+        if live >= in_flight:
+            os.wait()
+            live -= 1
+        start()
+        live += 1
+    for _ in range(live):
+        os.wait()
+    return time.perf_counter() - t0
+
+
+def _fork() -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    return pid
+
+
+def _python_pass(python: str) -> Callable[[], int]:
+    env = dict(os.environ)
+    return lambda: os.posix_spawn(python, [python, "-c", "pass"], env)
+
+
+def baseline(n: int = 20, python: str = sys.executable) -> dict[str, Any]:
+    """What a bare process costs on this machine right now, the yardstick for the rest.
+
+    `pass_*`: a fresh `python -c pass`, spawn to reaped exit (p50 and p90 of `n`
+    sequential, then starts/s with 8 in flight); `fork_*`: a bare `os.fork` whose child
+    `_exit`s at once, the same way (10 x `n` of them). The load average comes with it.
+    Call it from a process without threads (fork).
+    """
+    spawn = _python_pass(python)
+    out: dict[str, Any] = {"load": os.getloadavg()[0], "n": n}
+    for name, start, count in (("pass", spawn, n), ("fork", _fork, 10 * n)):
+        _reap(start, 2, 1)  # the page cache
+        walls = [_reap(start, 1, 1) for _ in range(count)]
+        out[f"{name}_p50_ms"] = pct(walls, 0.5) * 1e3
+        out[f"{name}_p90_ms"] = pct(walls, 0.9) * 1e3
+        out[f"{name}_per_s"] = count / _reap(start, count, 8)
+    return out
+
+
+def baseline_line(b: dict[str, Any]) -> str:
+    """One line for a report's header: the baseline and the load it was measured at."""
+    return (
+        f"baseline (same run, load average {b['load']:.2f}): `python -c pass` p50 "
+        f"{b['pass_p50_ms']:.1f} ms, {b['pass_per_s']:.0f}/s at 8 in flight; bare fork+exit "
+        f"p50 {b['fork_p50_ms']:.2f} ms, {b['fork_per_s']:.0f}/s"
+    )

@@ -1,13 +1,19 @@
-"""Interception proxy overhead: direct to the fake upstream vs through the proxy.
+"""Interception proxy overhead: direct to the fake upstream, through proctor's proxy, and
+through verifiers' (a peer), all in one run.
 
     .venv/bin/python bench/proxy.py [--turns 10] [--concurrency 1,200] [--loop uvloop]
+        [--verifiers-python .venv-verifiers/bin/python]
 
-Three processes on this machine: the fake model server (`python -m
-proctor.testing.fake_model`), the proxy (`bench/_proxy_server.py`, one session per
-rollout, recording every turn) and this load generator (proctor's own lean HTTP client,
-keep-alive). Each rollout makes `--turns` sequential chat completions with a growing
-history (the reply and a new user message appended each turn). Both modes run in the
-same invocation, direct first, so their figures are comparable on a noisy machine.
+Processes on this machine: the fake model server (`python -m
+proctor.testing.fake_model`), each proxy in its own process (`bench/_proxy_server.py`;
+`bench/_verifiers_proxy.py` under `--verifiers-python`, a venv with verifiers==0.4.0 that
+`make peers` makes; skipped with a note when absent), one session per rollout recording
+every turn, and this load generator (proctor's own lean HTTP client, keep-alive). Each
+rollout makes `--turns` sequential chat completions with a growing history (the reply and
+a new user message appended each turn). At each concurrency every mode runs back to
+back, direct first, so their figures are comparable on a noisy machine: each proxy's
+row gives its req/s and p50 as ratios to the direct row of the same run, with the load
+average and a bare-process baseline (`_common.baseline`) printed beside the table.
 
 Budgets (issue 3): added p50 latency <= 0.5 ms at C=1; >= 1,000 req/s through the
 proxy at C=200.
@@ -20,12 +26,15 @@ import asyncio
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
+from _common import baseline, baseline_line
 
 from proctor._http import HttpClient
 
@@ -100,17 +109,33 @@ async def load(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=10)
-    parser.add_argument("--concurrency", default="1,200")
-    parser.add_argument("--rollouts-c1", type=int, default=60, help="rollouts at C=1")
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
-    args = parser.parse_args()
-    levels = [int(c) for c in args.concurrency.split(",")]
-    py = sys.executable
-    upstream, up = spawn([py, "-m", "proctor.testing.fake_model"])
-    procs = [upstream]
+def verifiers_python(given: str | None) -> tuple[str | None, str]:
+    """The verifiers peer's python, or None and why it is absent."""
+    python = given or os.environ.get("PROCTOR_VERIFIERS_PYTHON")
+    python = python or str(BENCH.parent / ".venv-verifiers" / "bin" / "python")
+    if not Path(python).exists():
+        return None, f"{python} does not exist (`make peers` makes it)"
+    probe = subprocess.run([python, "-c", "import verifiers.v1.interception.server"],
+                           capture_output=True, text=True)  # fmt: skip
+    if probe.returncode != 0:
+        return None, f"{python} cannot import verifiers: {probe.stderr.strip()[-200:]}"
+    return python, ""
+
+
+def proxies(args: argparse.Namespace, upstream: str, sessions: int) -> list[list[str]]:
+    """The argv of each proxy to measure: proctor's, then verifiers' when present."""
+    tail = ["--upstream", upstream, "--sessions", str(sessions)]
+    uvloop = ["--uvloop"] if args.loop == "uvloop" else []
+    argvs = [[sys.executable, str(BENCH / "_proxy_server.py"), *tail, *uvloop]]
+    if args.peer is not None:  # on asyncio, as it ships: verifiers 0.4.0 never uses uvloop
+        argvs.append([args.peer, str(BENCH / "_verifiers_proxy.py"), *tail])
+    return argvs
+
+
+def measure(args: argparse.Namespace, levels: list[int]) -> tuple[list[Any], dict[str, str]]:
+    """Every mode at every level: [(c, {mode: figures})], and each proxy's version."""
+    upstream, up = spawn([sys.executable, "-m", "proctor.testing.fake_model"])
+    procs, peers, versions = [upstream], [], {"proctor": "this checkout"}
     factory = None
     if args.loop == "uvloop":
         import uvloop
@@ -118,44 +143,105 @@ def main() -> None:
         factory = uvloop.new_event_loop
     rows = []
     try:
-        proxy_argv = [py, str(BENCH / "_proxy_server.py"), "--upstream", str(up["url"])]
-        proxy_argv += ["--sessions", str(max(levels))]
-        proxy_argv += ["--uvloop"] if args.loop == "uvloop" else []
-        proxy, px = spawn(proxy_argv)
-        procs.append(proxy)
-        secrets = [str(s) for s in px["secrets"]]  # type: ignore[union-attr]
+        for name, argv in zip(MODES, proxies(args, str(up["url"]), max(levels)), strict=False):
+            proc, info = spawn(argv)
+            procs.append(proc)
+            versions[name] = str(info.get("version", versions.get(name)))
+            secrets = [str(x) for x in info["secrets"]]  # type: ignore[attr-defined]
+            peers.append((name, proc.pid, str(info["url"]), secrets))
         with asyncio.Runner(loop_factory=factory) as runner:
             for c in levels:
                 rollouts = args.rollouts_c1 if c == 1 else c * 2
-                direct = runner.run(load(str(up["url"]), ["x"], c, rollouts, args.turns))
-                cpu0 = cpu_seconds(proxy.pid)
-                via = runner.run(load(str(px["url"]), secrets, c, rollouts, args.turns))
-                cpu = cpu_seconds(proxy.pid) - cpu0
-                via["proxy_cpu_us"] = cpu / via["requests"] * 1e6
-                rows.append((c, direct, via))
+                got = {"direct": runner.run(load(str(up["url"]), ["x"], c, rollouts, args.turns))}
+                for name, pid, url, secrets in peers:
+                    cpu0 = cpu_seconds(pid)
+                    via = runner.run(load(url, secrets, c, rollouts, args.turns))
+                    via["proxy_cpu_us"] = (cpu_seconds(pid) - cpu0) / via["requests"] * 1e6
+                    got[name] = via
+                rows.append((c, got))
     finally:
         for p in procs:
             p.terminate()
             p.wait(10)
-    print(f"\nproxy bench: {args.turns} turns/rollout, growing history, loop={args.loop}\n")
-    head = f"{'C':>4} {'mode':<7} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}"
-    print(head + f" {'proxy CPU/req':>14}")
-    for c, direct, via in rows:
-        for mode, r in (("direct", direct), ("proxy", via)):
-            cpu = f"{r['proxy_cpu_us']:>11.0f} us" if "proxy_cpu_us" in r else ""
-            print(
-                f"{c:>4} {mode:<7} {r['requests']:>8.0f} {r['rps']:>8.0f} "
-                f"{r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {cpu:>14}"
+    return rows, versions
+
+
+MODES = ("proctor", "verifiers")
+
+
+def table(rows: list[Any]) -> list[str]:
+    head = (
+        f"{'C':>4} {'mode':<10} {'requests':>8} {'req/s':>8} {'x direct':>8} {'p50 ms':>8} "
+        f"{'+p50 ms':>8} {'p99 ms':>8} {'proxy CPU/req':>14}"
+    )
+    lines = [head]
+    for c, got in rows:
+        direct = got["direct"]
+        for mode, r in got.items():
+            via = mode != "direct"
+            times = f"{r['rps'] / direct['rps']:>7.2f}x" if via else f"{'-':>8}"
+            added = f"{r['p50_ms'] - direct['p50_ms']:>8.3f}" if via else f"{'-':>8}"
+            cpu = f"{r['proxy_cpu_us']:>11.0f} us" if via else ""
+            lines.append(
+                f"{c:>4} {mode:<10} {r['requests']:>8.0f} {r['rps']:>8.0f} {times} "
+                f"{r['p50_ms']:>8.3f} {added} {r['p99_ms']:>8.3f} {cpu:>14}"
             )
-    print()
-    for c, direct, via in rows:
-        added = via["p50_ms"] - direct["p50_ms"]
+    return lines
+
+
+def verdicts(rows: list[Any]) -> list[str]:
+    lines = []
+    for c, got in rows:
+        added = {m: r["p50_ms"] - got["direct"]["p50_ms"] for m, r in got.items()}
         if c == 1:
-            ok = "ok" if added <= 0.5 else "MISSED"
-            print(f"C=1   added p50 latency {added:.3f} ms (budget <= 0.5 ms): {ok}")
+            ok = "ok" if added["proctor"] <= 0.5 else "MISSED"
+            line = f"C=1   added p50 latency {added['proctor']:.3f} ms (budget <= 0.5 ms): {ok}"
+            if "verifiers" in got:
+                line += f"; verifiers adds {added['verifiers']:.3f} ms"
         else:
-            ok = "ok" if via["rps"] >= 1000 else "MISSED"
-            print(f"C={c} through the proxy {via['rps']:.0f} req/s (budget >= 1,000): {ok}")
+            rps = got["proctor"]["rps"]
+            ok = "ok" if rps >= 1000 else "MISSED"
+            line = f"C={c} through the proxy {rps:.0f} req/s (budget >= 1,000): {ok}"
+            if "verifiers" in got:
+                line += (
+                    f"; verifiers {got['verifiers']['rps']:.0f} req/s, adding "
+                    f"{added['verifiers']:.3f} ms p50"
+                )
+        lines.append(line)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--concurrency", default="1,200")
+    parser.add_argument("--rollouts-c1", type=int, default=60, help="rollouts at C=1")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    parser.add_argument(
+        "--verifiers-python",
+        help="python of a venv with verifiers==0.4.0 (default: $PROCTOR_VERIFIERS_PYTHON, "
+        "else .venv-verifiers/bin/python)",
+    )
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    args.peer, why = verifiers_python(args.verifiers_python)
+    base = baseline()
+    rows, versions = measure(args, levels)
+    load = os.getloadavg()[0]
+    print(f"\nproxy bench: {shlex.join(getattr(sys, 'orig_argv', sys.argv))}")
+    print(f"{args.turns} turns/rollout, growing history, client loop={args.loop}, "
+          f"{os.cpu_count()} cores")  # fmt: skip
+    print(baseline_line(base) + f"; load average at the end {load:.2f}")
+    peer = f"verifiers {versions['verifiers']}" if "verifiers" in versions else f"n/a ({why})"
+    print(f"proxies: proctor ({versions['proctor']}, loop={args.loop}); verifiers: {peer}"
+          + (" (loop=asyncio, as it ships)" if "verifiers" in versions else "") + "\n")  # fmt: skip
+    print("\n".join(table(rows)))
+    print()
+    print("\n".join(verdicts(rows)))
+    print(
+        "\nx direct: req/s over the direct row of the same level; +p50: p50 minus direct's. "
+        "Both proxies run in one process each, with the same sessions and load."
+    )
 
 
 if __name__ == "__main__":
