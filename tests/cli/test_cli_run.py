@@ -18,6 +18,14 @@ from cli_helpers import LETTERS, REPO, SOLVER, Served, assert_user_error, procto
 TASKS = LETTERS / "tasks.py"
 
 
+@pytest.fixture(autouse=True)
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Records go under the test's folder, never into the repository."""
+    folder = tmp_path / "proctor-runs"
+    monkeypatch.setenv("PROCTOR_RUNS_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture
 def agents(tmp_path: Path) -> Path:
     """A module of misbehaving agents."""
@@ -49,11 +57,17 @@ def agents(tmp_path: Path) -> Path:
     )
 
 
-def test_demo_solves_every_row() -> None:
+def test_demo_solves_every_row(runs_dir: Path) -> None:
     result = proctor("run", TASKS, "--agent", SOLVER, "--group", "2")
     assert result.returncode == 0, result.stderr
-    assert result.stderr == ""  # no progress bar when stderr is not a terminal
-    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line}
+    # Off a terminal: where the record goes, then plain progress lines (the last at exit).
+    record = next(runs_dir.iterdir())
+    first, *progress = result.stderr.splitlines()
+    assert first == f"recording to {record}"
+    assert progress and progress[-1].startswith("batch letters: 24/24 done 0 failed")
+    *table, recorded = [line for line in result.stdout.splitlines() if line]
+    assert recorded.startswith(f"recorded in {record}")
+    rows = {line.split()[0]: line.split()[1:] for line in table}
     assert rows["template"] == ["runs", "mean", "reward", "errors"]
     for template in ("count", "reverse", "sum"):
         assert rows[template] == ["8", "1.000", "0"]
@@ -283,7 +297,8 @@ def test_signals_stop_every_child(tmp_path: Path, sig: signal.Signals) -> None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == (143 if sig == signal.SIGTERM else 130)
-    assert err == ("error: terminated\n" if sig == signal.SIGTERM else "error: interrupted\n")
+    assert err.endswith("error: terminated\n" if sig == signal.SIGTERM else "error: interrupted\n")
+    assert "0/3 done 0 failed 3 interrupted" in err  # recorded as interrupted, not lost
     assert _processes_mentioning(str(source)) == []
 
 
@@ -313,7 +328,7 @@ def test_progress_bar_on_a_terminal() -> None:
         os.close(leader)
         if follower != -1:
             os.close(follower)
-    assert b"\r[" in shown and b"12/12" in shown and b"errors 0" in shown
+    assert b"batch letters" in shown and b"12/12" in shown and b"done" in shown
     assert b"total" in proc.stdout
 
 

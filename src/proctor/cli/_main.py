@@ -271,8 +271,8 @@ def _add_run(commands: _Commands) -> None:
         "run",
         help="run a taskset with an agent and summarize the rewards",
         description="Roll out every row of a taskset (.py, .json, .jsonl or a folder) "
-        "with an agent, print a summary per template, optionally write every run as "
-        "one JSON line.",
+        "with an agent, print a summary per template, and record every rollout in a new "
+        "output folder (the batch layout, docs/batch-layout.md; see 'proctor show').",
     )
     run.add_argument("source", metavar="SOURCE", help="taskset file or folder")
     run.add_argument(
@@ -314,12 +314,39 @@ def _add_run(commands: _Commands) -> None:
         "JSON tasksets with local or subprocess runtimes)",
     )
     run.add_argument(
-        "--timeout", type=_positive_float, metavar="S", help="limit on each whole rollout"
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help="limit on each whole rollout (default: per phase, start 300 s, agent 1800 s, "
+        "grade 300 s)",
     )
     run.add_argument(
         "--output", metavar="FILE", help="write one JSON line per run to FILE (must be new)"
     )
+    record = run.add_mutually_exclusive_group()
+    record.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="record the run into DIR (must be new; default: a new folder "
+        "./proctor-runs/<taskset>-<UTC time>-<4 hex>, or under $PROCTOR_RUNS_DIR); "
+        "read it with 'proctor show'",
+    )
+    record.add_argument(
+        "--no-record", action="store_true", help="do not record the run in an output folder"
+    )
+    run.add_argument(
+        "--allow-invalid",
+        action="store_true",
+        help="skip rows that do not fit the environment's templates (default: refuse "
+        "to start, listing them)",
+    )
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed")
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show every failure with its traceback (default: the first of each kind)",
+    )
     _add_model_options(run)
     _add_connect(run)
     _add_json(run)

@@ -10,26 +10,32 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._common import CLIError, print_json, read_token, run_async, split_source, table
 
 if TYPE_CHECKING:
     from ..agents import Run
-    from ..engine import Job
+    from ..batch import Assignment, BatchStore
+    from ..batch._tally import Tally
+    from ..engine import Job, Timeouts
     from ..env import Environment
     from ..proxy import InterceptionProxy
+    from ..records import Task
     from ..runtimes import RuntimeLike
     from ..tasks import Taskset
 
-__all__ = ["cmd_run"]
+__all__ = ["DEFAULT_RUNS_DIR", "cmd_run"]
+
+DEFAULT_RUNS_DIR = "proctor-runs"
+"""Where `proctor run` records, unless `--output-dir` or `$PROCTOR_RUNS_DIR` says."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run every row `--group` times; exit 1 with `--strict` if any run failed."""
     plan = _plan(args)
     job, wall = _execute(plan)
-    return _report(args, job, wall)
+    return _report(args, plan, job, wall)
 
 
 # -- plan -------------------------------------------------------------------------------
@@ -39,8 +45,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 class _Plan:
     """Everything `proctor run` decided before anything starts."""
 
+    source: str
     taskset: Taskset
     agent: Any
+    agent_label: str  # which agent ran, as the summary and the record say
+    model: str | None
     proxy: InterceptionProxy | None
     runtime: str
     served: Environment | None  # the environment a local runtime serves
@@ -48,15 +57,18 @@ class _Plan:
     env_name: str | None
     group: int
     max_concurrent: int | None
-    rollout_timeout: float | None
+    timeouts: Timeouts
     ready_timeout: float
     token: str | None
     output: str | None
+    record: str | None  # the output directory to create, None with --no-record
+    allow_invalid: bool
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
     """Check the options and load the taskset and agent, cheap checks first (a typo
     should not wait for the taskset to import)."""
+    from ..engine import Timeouts
     from ..tasks import Taskset
 
     source, env_name = split_source(args.source, args.env)
@@ -75,8 +87,11 @@ def _plan(args: argparse.Namespace) -> _Plan:
     if max_concurrent is None and runtime in _CHILDREN:
         max_concurrent = 2 * (os.cpu_count() or 1)
     return _Plan(
+        source,
         taskset,
         agent,
+        _agent_label(args, agent),
+        args.model,
         proxy,
         runtime,
         served,
@@ -84,11 +99,28 @@ def _plan(args: argparse.Namespace) -> _Plan:
         env_name,
         group=args.group,
         max_concurrent=max_concurrent,
-        rollout_timeout=args.timeout,
+        timeouts=Timeouts(rollout=args.timeout) if args.timeout else Timeouts.bounded(),
         ready_timeout=args.ready_timeout,
         token=read_token(args.token_env),
         output=args.output,
+        record=_record_dir(args, taskset.name),
+        allow_invalid=args.allow_invalid,
     )
+
+
+def _record_dir(args: argparse.Namespace, name: str) -> str | None:
+    """Where the run is recorded: `--output-dir`, else a new folder under
+    `$PROCTOR_RUNS_DIR` (default `./proctor-runs`) named `<taskset>-<UTC stamp>-<4 hex>`."""
+    if args.no_record:
+        if args.output_dir:
+            raise CLIError("--output-dir and --no-record contradict each other")
+        return None
+    if args.output_dir:
+        return os.path.abspath(str(args.output_dir))
+    from ..batch._execute import _batch_id
+
+    root = os.environ.get("PROCTOR_RUNS_DIR") or DEFAULT_RUNS_DIR
+    return os.path.abspath(os.path.join(root, _batch_id(name or "run")))
 
 
 def _check_files(args: argparse.Namespace, runtime: str, env_source: str) -> None:
@@ -101,6 +133,8 @@ def _check_files(args: argparse.Namespace, runtime: str, env_source: str) -> Non
         raise CLIError(f"{env_source}: no such file")
     if args.output and os.path.lexists(args.output):
         raise CLIError(f"{args.output} already exists; --output writes a new file")
+    if args.output_dir and os.path.lexists(args.output_dir):
+        raise CLIError(f"{args.output_dir} already exists; --output-dir must be new")
 
 
 def _served(source: str, env_source: str, env_name: str | None, row_envs: list[str]) -> Environment:
@@ -182,6 +216,18 @@ def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | Non
     return agent, InterceptionProxy(spec, limits=limits)
 
 
+def _agent_label(args: argparse.Namespace, agent: Any) -> str:
+    """Which agent ran: `ToolAgent('gpt-4.1-mini', ...)`, `path.py:attr`, or the
+    builtin agent's class."""
+    if args.model or args.harness:
+        return repr(agent)
+    if args.agent == "builtin":
+        own_repr = "__repr__" in vars(type(agent))
+        shown = repr(agent) if own_repr else type(agent).__name__
+        return f"builtin ({shown})"
+    return str(args.agent)
+
+
 def _remote(runtime: str) -> bool:
     return runtime.startswith(("tcp://", "unix://"))
 
@@ -210,21 +256,15 @@ def _parse_runtime(text: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _provider(
-    runtime: str,
-    served: Environment | None,
-    env_source: str,
-    env_name: str | None,
-    ready_timeout: float,
-    token: str | None = None,
-) -> AsyncIterator[RuntimeLike]:
+async def _provider(plan: _Plan) -> AsyncIterator[RuntimeLike]:
     from ..runtimes import LocalRuntime, SubprocessRuntime, UrlRuntime
 
+    runtime, env_source, env_name = plan.runtime, plan.env_source, plan.env_name
     if runtime == "local":
         # Entered once so the environment starts once for the batch, and a failing
         # initialize hook fails here with one message instead of once per run.
-        assert served is not None
-        local = LocalRuntime(served)
+        assert plan.served is not None
+        local = LocalRuntime(plan.served)
         async with local:
             yield local
     elif runtime == "subprocess":
@@ -239,18 +279,113 @@ async def _provider(
         async with sandbox:
             yield sandbox
     else:
-        from ..channel import connect
+        yield UrlRuntime(runtime, token=plan.token)  # _check_rows reached it already
 
-        async with connect(runtime, ready_timeout=ready_timeout, token=token):
-            pass  # fail fast when nothing answers there
-        yield UrlRuntime(runtime, token=token)
+
+# -- rows -------------------------------------------------------------------------------
+
+
+async def _check_rows(plan: _Plan) -> None:
+    """Check every row against the environment's templates before the first rollout:
+    in this process for the local runtime, in a child process (as the batch plan does)
+    for the runtimes that start processes, by schema through `tasks.list` for a
+    server. Refuse with every bad row listed, or with `--allow-invalid` drop them.
+
+    Raises:
+        CLIError: a bad row (without `--allow-invalid`), or no environment to ask.
+    """
+    rows = [t.model_dump(mode="json", exclude_none=True) for t in plan.taskset]
+    if plan.served is not None:
+        from ..batch._plan_probe import _row_problem
+
+        problems = {r["slug"]: p for r in rows if (p := _row_problem(plan.served, r))}
+    elif _remote(plan.runtime):
+        problems = await _server_problems(plan, rows)
+    else:
+        problems = await _probe_problems(plan)
+    if not problems:
+        return
+    places = _row_places(plan.source, plan.taskset)
+    lines = [f"  {places[slug]}: {problems[slug]}" for slug in places if slug in problems]
+    head = f"{len(problems)} of {len(rows)} rows do not fit the environment"
+    if not plan.allow_invalid:
+        raise CLIError(f"{head} (--allow-invalid runs the others):\n" + "\n".join(lines))
+    print(f"warning: {head}; skipped (--allow-invalid):", *lines, sep="\n", file=sys.stderr)
+    plan.taskset = plan.taskset.exclude(problems)
+
+
+async def _server_problems(plan: _Plan, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Each row checked by name against the served templates' published schemas."""
+    from ..batch._plan_env import _schema_problem
+    from ..channel import connect
+
+    async with connect(plan.runtime, ready_timeout=plan.ready_timeout, token=plan.token) as c:
+        listed = await c.list_tasks()
+        assert c.manifest is not None
+        env = c.manifest.env_name
+    templates = {t["id"]: t.get("args") for t in listed if isinstance(t, dict) and "id" in t}
+    return {r["slug"]: p for r in rows if (p := _schema_problem(env, templates, r))}
+
+
+async def _probe_problems(plan: _Plan) -> dict[str, str]:
+    """Each row bound to its template in a child process that imports the sources."""
+    from ..batch._plan_env import _ProbeFailed, _run_probe
+
+    request = _probe_request(plan)
+    try:
+        answer = await _run_probe(request, Path.cwd())
+    except _ProbeFailed as exc:
+        raise CLIError(f"{plan.env_source}: {exc}") from None
+    env = answer.get("environment") or {}
+    if env.get("error"):
+        raise CLIError(env["error"])
+    problems: dict[str, str] = env.get("row_problems") or {}
+    return problems
+
+
+def _probe_request(plan: _Plan) -> dict[str, Any]:
+    return {
+        "taskset": os.path.abspath(plan.source),
+        "env_source": os.path.abspath(plan.env_source),
+        "env": plan.env_name,
+        "agents": [],
+    }
+
+
+def _row_places(source: str, taskset: Taskset) -> dict[str, str]:
+    """`file:line` of each row (by slug) for JSON sources, else `file row N (slug)`."""
+    from ..tasks._taskset import _row_lines
+
+    path = Path(source)
+    slugs = [t.slug for t in taskset]
+    lines: list[int] | None = None
+    if path.suffix == ".jsonl":
+        raw = path.read_bytes().split(b"\n")
+        lines = [n for n, line in enumerate(raw, 1) if line.strip()]
+    elif path.suffix == ".json":
+        with contextlib.suppress(Exception):
+            lines = _row_lines(path.read_text())
+    if lines is not None and len(lines) == len(slugs):
+        return {slug: f"{source}:{line}" for slug, line in zip(slugs, lines, strict=True)}
+    return {slug: f"{source} row {i} ({slug})" for i, slug in enumerate(slugs, 1)}
 
 
 # -- execution --------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class _Slot:
+    """One rollout to run: a row, its group (the row's repeats share it), its id."""
+
+    index: int
+    task: Task
+    group_id: str
+    assignment: Assignment
+
+
 def _execute(plan: _Plan) -> tuple[Job, float]:
-    """Run the plan, writing each finished run to `--output` (a new file) if given."""
+    """Run the plan, recording each rollout (unless `--no-record`) and writing each
+    finished run to `--output` (a new file) if given."""
     writer = _Writer(plan.output) if plan.output else None
     try:
         job, wall = run_async(_rollouts(plan, writer), fast=True)
@@ -264,49 +399,210 @@ def _execute(plan: _Plan) -> tuple[Job, float]:
 
 
 async def _rollouts(plan: _Plan, writer: _Writer | None) -> tuple[Job, float]:
-    import asyncio
+    from ..batch._tally import Tally
+    from ..batch._view import LiveView
+    from ..engine import Job
 
-    from ..engine import run_taskset
-
-    progress = Progress(len(plan.taskset) * plan.group, sys.stderr)
-
-    def on_run(run: Run) -> None:
-        if writer is not None:
-            writer(run)
-        progress.update(run)
-
+    await _check_rows(plan)
+    job = Job(plan.taskset.name, group=plan.group)
+    slots = _slots(plan)
+    tally = Tally(len(slots))
     async with contextlib.AsyncExitStack() as stack:
-        provider = await stack.enter_async_context(
-            _provider(
-                plan.runtime,
-                plan.served,
-                plan.env_source,
-                plan.env_name,
-                plan.ready_timeout,
-                plan.token,
-            )
-        )
+        provider = await stack.enter_async_context(_provider(plan))
         if plan.proxy is not None:
             await stack.enter_async_context(plan.proxy)
-        ticker = asyncio.get_running_loop().create_task(progress.tick())
+        store = _open_store(plan, slots, stack)
+        if store is not None:
+            job.id = store.batch["batch_id"]
+        await stack.enter_async_context(LiveView(tally, stream=sys.stderr, title=plan.taskset.name))
+        runs: list[Run | None] = [None] * len(slots)
         t0 = time.perf_counter()
         try:
-            job = await run_taskset(
-                plan.taskset,
-                plan.agent,
-                runtime=provider,
-                group=plan.group,
-                max_concurrent=plan.max_concurrent,
-                rollout_timeout=plan.rollout_timeout,
-                on_run=on_run,
-                name=plan.taskset.name,
-                proxy=plan.proxy,
-            )
+            await _drain(plan, slots, _Context(provider, store, tally, job.id), runs, writer)
         finally:
             wall = time.perf_counter() - t0
-            ticker.cancel()
-            progress.close()
+            job.runs.extend(r for r in runs if r is not None)
     return job, wall
+
+
+def _slots(plan: _Plan) -> list[_Slot]:
+    """Every (row, repeat) in run order, with the rollout id its record gets."""
+    import uuid
+
+    from ..batch import Assignment, rollout_id
+
+    slots: list[_Slot] = []
+    for task in plan.taskset:
+        gid = uuid.uuid4().hex
+        for repeat in range(1, plan.group + 1):
+            a = Assignment(
+                rollout_id=rollout_id(task.slug, "agent", repeat),
+                task=task.slug,
+                agent=plan.agent_label,
+                model=plan.model,
+                repeat=repeat,
+                enabled=True,
+            )
+            slots.append(_Slot(len(slots), task, gid, a))
+    return slots
+
+
+def _open_store(
+    plan: _Plan, slots: list[_Slot], stack: contextlib.AsyncExitStack
+) -> BatchStore | None:
+    """The record's output directory, made new (`BatchStore.create`), closed at exit."""
+    if plan.record is None:
+        return None
+    from ..batch import BatchStore
+    from ..batch._setup import redactor
+
+    store = BatchStore.create(plan.record, _meta(plan), redact=redactor(_secrets(plan)))
+    stack.callback(store.close)
+    store.add_assignments(s.assignment for s in slots)
+    print(f"recording to {plan.record}", file=sys.stderr, flush=True)
+    return store
+
+
+def _meta(plan: _Plan) -> dict[str, Any]:
+    """`batch.json` for a `proctor run`: what ran, where, with which agent and deadlines."""
+    import platform
+    from dataclasses import asdict
+
+    from .. import __version__
+    from ..batch._execute import _runner
+
+    return {
+        "name": plan.taskset.name,
+        "batch_id": os.path.basename(plan.record or ""),
+        "config": None,
+        "command": {
+            "kind": "proctor run",
+            "source": plan.source,
+            "env_source": plan.env_source,
+            "runtime": plan.runtime,
+            "agent": plan.agent_label,
+            "model": plan.model,
+            "group": plan.group,
+            "max_concurrent": plan.max_concurrent,
+            "timeouts": asdict(plan.timeouts),
+        },
+        "versions": {
+            "proctor": __version__,
+            "python": platform.python_version(),
+            "environment": {"name": plan.env_name, "version": None},
+        },
+        "pricing": _pricing(plan.model),
+        "runner": _runner(),
+    }
+
+
+def _pricing(model: str | None) -> dict[str, Any]:
+    if model is None:
+        return {}
+    from dataclasses import asdict
+
+    from ..models import parse_model, price_of
+
+    api_model = parse_model(model).model
+    price = price_of(api_model)
+    return {model: {"model": api_model, "price": None if price is None else asdict(price)}}
+
+
+def _secrets(plan: _Plan) -> list[bytes]:
+    """Values never to write: secret-looking variables, the model key, the token."""
+    from ..batch._setup import _SECRET_NAME
+
+    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k)}
+    if plan.token:
+        values.add(plan.token)
+    return sorted((v.encode() for v in values if len(v) >= 8), key=len, reverse=True)
+
+
+@dataclass(slots=True)
+class _Context:
+    """What every rollout of the run shares."""
+
+    provider: RuntimeLike
+    store: BatchStore | None
+    tally: Tally
+    job_id: str
+
+
+async def _drain(
+    plan: _Plan, slots: list[_Slot], ctx: _Context, runs: list[Run | None], writer: _Writer | None
+) -> None:
+    """Run every slot, at most `max_concurrent` at a time; each lands in `runs`."""
+    import asyncio
+
+    cursor = iter(slots)
+
+    async def worker() -> None:
+        for slot in cursor:
+            run = await _one(plan, slot, ctx)
+            runs[slot.index] = run
+            if writer is not None:
+                writer(run)
+
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(min(plan.max_concurrent or len(slots), len(slots))):
+            tg.create_task(worker())
+
+
+async def _one(plan: _Plan, slot: _Slot, ctx: _Context) -> Run:
+    """One rollout, recorded as it goes (phases, model turns, outcome)."""
+    import asyncio
+
+    from ..agents import Run
+    from ..engine._rollout import execute
+
+    rid = slot.assignment.rollout_id
+    run = Run(slot.task, job_id=ctx.job_id, group_id=slot.group_id, trace_id=f"{rid}.1")
+    track: _Tracker
+    if ctx.store is not None:
+        from ..batch._recording import Recording
+
+        track = Recording(run, ctx.store.begin(slot.assignment), ctx.tally)
+    else:
+        track = _Counted(run, ctx.tally)
+    ctx.tally.move("queued", "starting")
+    try:
+        await execute(
+            run, plan.agent, runtime=ctx.provider, timeout=plan.timeouts, proxy=plan.proxy
+        )
+    except asyncio.CancelledError:
+        track.finish("interrupted")
+        raise
+    track.finish("completed" if run.status == "completed" else "failed")
+    return run
+
+
+class _Tracker(Protocol):
+    def finish(self, status: str) -> str: ...
+
+
+class _Counted:
+    """The live view's counts for a rollout that is not recorded (`--no-record`)."""
+
+    def __init__(self, run: Run, tally: Tally) -> None:
+        self.run = run
+        self.tally = tally
+        self.state = "starting"
+        run.on_phase = self._phase
+
+    def _phase(self, run: Run) -> None:
+        from ..batch._recording import state_of
+
+        state = state_of(run.phase)
+        if state != self.state:
+            self.tally.move(self.state, state)
+            self.state = state
+
+    def finish(self, status: str) -> str:
+        final = {"completed": "done", "failed": "failed"}.get(status, "interrupted")
+        self.tally.move(self.state, final)
+        self.tally.ended(reward=self.run.reward, cost=self.run.cost)
+        self.state = final
+        return final
 
 
 class _Writer:
@@ -340,99 +636,86 @@ class _Writer:
                 os.unlink(self.path)
 
 
-class Progress:
-    """A one-line `\\r` bar on stderr (only when stderr is a terminal)."""
-
-    WIDTH = 24
-
-    def __init__(self, total: int, stream: IO[str]) -> None:
-        self.total = total
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.done = 0
-        self.errors = 0
-        self.t0 = time.perf_counter()
-        self.last = 0.0
-
-    def update(self, run: Run) -> None:
-        self.done += 1
-        if run.error is not None:
-            self.errors += 1
-        if self.done == self.total or time.perf_counter() - self.last >= 0.1:
-            self.draw()
-
-    async def tick(self) -> None:
-        import asyncio
-
-        while self.enabled:
-            self.draw()
-            await asyncio.sleep(0.5)
-
-    def draw(self) -> None:
-        if not self.enabled:
-            return
-        self.last = time.perf_counter()
-        filled = self.WIDTH * self.done // max(self.total, 1)
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        self.stream.write(
-            f"\r[{bar}] {self.done}/{self.total}  errors {self.errors}  {self.last - self.t0:.1f}s "
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.draw()
-            self.stream.write("\n")
-            self.stream.flush()
-            self.enabled = False
-
-
 # -- summary ----------------------------------------------------------------------------
 
 
-def summarize(job: Job, wall: float) -> dict[str, Any]:
-    """The job's totals plus one row per template, JSON-ready."""
+def summarize(job: Job, wall: float, *, every_error: bool = False) -> dict[str, Any]:
+    """The job's totals plus one row per template, JSON-ready.
+
+    `first_errors` holds the first failure of each (phase, type), or every failure
+    with `every_error`, each with its traceback when the error carries one.
+    """
     by_template: dict[tuple[str, str], list[Run]] = {}
     for run in job.runs:
         by_template.setdefault((run.task.env, run.task.id), []).append(run)
     several_envs = len({env for env, _ in by_template}) > 1
-    templates = []
-    for (env, tid), runs in by_template.items():
-        rewards = [r.reward for r in runs if r.reward is not None]
-        templates.append(
-            {
-                "template": f"{env}/{tid}" if several_envs else tid,
-                "env": env,
-                "id": tid,
-                "runs": len(runs),
-                "graded": len(rewards),
-                "mean_reward": sum(rewards) / len(rewards) if rewards else None,
-                "errors": sum(1 for r in runs if r.error is not None),
-            }
-        )
-    first_errors: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for run in job.runs:
-        err = run.error
-        if err is not None and len(first_errors) < 3:
-            key = (err.phase, err.type, err.message)
-            first_errors.setdefault(
-                key,
-                {"slug": run.slug, "phase": err.phase, "type": err.type, "message": err.message},
-            )
+    templates = [
+        {"template": f"{env}/{tid}" if several_envs else tid, "env": env, "id": tid} | _totals(runs)
+        for (env, tid), runs in by_template.items()
+    ]
+    total = _totals(job.runs)
     return {
         **job.to_dict(),
         "wall_time_s": wall,
         "rollouts_per_s": len(job.runs) / wall if wall > 0 else None,
+        "stop_reasons": total["stop_reasons"],
+        "usage": total["usage"],
+        "cost_usd": total["cost_usd"],
         "templates": templates,
-        "first_errors": list(first_errors.values()),
+        "first_errors": _first_errors(job.runs, every_error),
     }
 
 
-def _report(args: argparse.Namespace, job: Job, wall: float) -> int:
+def _totals(runs: list[Run]) -> dict[str, Any]:
+    """Runs, rewards, errors, budget stops, tokens and cost of some runs."""
+    from collections import Counter
+
+    rewards = [r.reward for r in runs if r.reward is not None]
+    usage: Counter[str] = Counter()
+    for run in runs:
+        usage.update({k: v for k, v in run.usage.items() if isinstance(v, int)})
+    costs = [r.cost for r in runs if r.cost is not None]
+    return {
+        "runs": len(runs),
+        "graded": len(rewards),
+        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+        "errors": sum(1 for r in runs if r.error is not None),
+        "stop_reasons": dict(Counter(r.stop_reason for r in runs if r.stop_reason)),
+        "usage": dict(usage),
+        "cost_usd": sum(costs) if costs else None,
+    }
+
+
+def _first_errors(runs: list[Run], every: bool) -> list[dict[str, Any]]:
+    seen: set[tuple[str, str]] = set()
+    shown = []
+    for run in runs:
+        err = run.error
+        if err is None or (not every and (err.phase, err.type) in seen):
+            continue
+        seen.add((err.phase, err.type))
+        shown.append(
+            {
+                "slug": run.slug,
+                "phase": err.phase,
+                "type": err.type,
+                "message": err.message,
+                "traceback": getattr(err, "traceback", None),
+            }
+        )
+    return shown
+
+
+def _report(args: argparse.Namespace, plan: _Plan, job: Job, wall: float) -> int:
     """Print the summary (a table, or JSON with `--json`); the exit code."""
-    summary = summarize(job, wall)
+    summary = summarize(job, wall, every_error=args.verbose)
+    summary.update(
+        agent=plan.agent_label,
+        runtime=args.runtime,
+        output=args.output,
+        record=plan.record,
+    )
     if args.json:
-        summary.update(agent=args.agent, runtime=args.runtime, output=args.output)
         print_json(summary)
     else:
         print(render(summary))
@@ -443,21 +726,57 @@ def _mean(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _tokens(usage: dict[str, int]) -> str:
+    total = usage.get("total_tokens") or usage.get("input_tokens", 0) + usage.get(
+        "output_tokens", 0
+    )
+    return str(total) if usage else "-"
+
+
+def _cost(cost: float | None) -> str:
+    return "-" if cost is None else f"${cost:.4f}"
+
+
 def render(summary: dict[str, Any]) -> str:
-    """The human summary: a table per template, a total row, timing and errors."""
-    rows = [
-        (t["template"], t["runs"], _mean(t["mean_reward"]), t["errors"])
-        for t in summary["templates"]
+    """The human summary: a table per template, a total row, timing, budget stops,
+    errors (with tracebacks) and where the record is."""
+    rows = [*summary["templates"], {"template": "total", **summary}]
+    columns: list[tuple[str, Any]] = [
+        ("template", lambda t: t["template"]),
+        ("runs", lambda t: t["runs"]),
+        ("mean reward", lambda t: _mean(t["mean_reward"])),
+        ("errors", lambda t: t["errors"]),
     ]
-    rows.append(("total", summary["runs"], _mean(summary["mean_reward"]), summary["errors"]))
-    lines = [table(("template", "runs", "mean reward", "errors"), rows, right={1, 2, 3})]
+    if summary["stop_reasons"]:
+        columns.append(("stopped", lambda t: sum(t["stop_reasons"].values())))
+    if summary["usage"] or summary["cost_usd"] is not None:
+        columns += [
+            ("tokens", lambda t: _tokens(t["usage"])),
+            ("cost", lambda t: _cost(t["cost_usd"])),
+        ]
+    cells = [[get(t) for _, get in columns] for t in rows]
+    right = set(range(1, len(columns)))
+    lines = [table([name for name, _ in columns], cells, right=right)]
     runs, rate = summary["runs"], summary["rollouts_per_s"]
     timing = f"\n{runs} rollout{'' if runs == 1 else 's'} in {summary['wall_time_s']:.2f}s"
     lines.append(timing + (f" ({rate:.1f}/s)" if rate else ""))
-    phases = summary["errors_by_phase"]
-    if phases:
-        lines.append("errors by phase: " + ", ".join(f"{p} {n}" for p, n in sorted(phases.items())))
-        for err in summary["first_errors"]:
-            message = err["message"].splitlines()[0] if err["message"] else ""
-            lines.append(f"  {err['slug']} [{err['phase']}] {err['type']}: {message}")
+    if summary["stop_reasons"]:
+        stops = sorted(summary["stop_reasons"].items())
+        lines.append("stopped by budget: " + ", ".join(f"{r} {n}" for r, n in stops))
+    lines += _error_lines(summary)
+    if summary.get("record"):
+        lines.append(f"recorded in {summary['record']}  (proctor show {summary['record']})")
     return "\n".join(lines)
+
+
+def _error_lines(summary: dict[str, Any]) -> list[str]:
+    phases = summary["errors_by_phase"]
+    if not phases:
+        return []
+    lines = ["errors by phase: " + ", ".join(f"{p} {n}" for p, n in sorted(phases.items()))]
+    for err in summary["first_errors"]:
+        message = err["message"].splitlines()[0] if err["message"] else ""
+        lines.append(f"  {err['slug']} [{err['phase']}] {err['type']}: {message}")
+        if err.get("traceback"):
+            lines += ["    " + line for line in err["traceback"].rstrip().splitlines()]
+    return lines

@@ -7,6 +7,10 @@ from dataclasses import dataclass, fields
 
 __all__ = ["Timeouts"]
 
+BOUNDED_START = 300.0
+BOUNDED_AGENT = 1800.0
+BOUNDED_GRADE = 300.0
+
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
@@ -46,6 +50,14 @@ class Timeouts:
                 raise ValueError(f"Timeouts.{f.name} must be a number of seconds, not {value!r}")
             if math.isnan(value) or value < 0:
                 raise ValueError(f"Timeouts.{f.name} must be >= 0 seconds, not {value!r}")
+
+    @classmethod
+    def bounded(cls) -> Timeouts:
+        """Generous deadlines for every phase, `proctor run`'s defaults: `start` 5 min,
+        `agent` 30 min, `grade` 5 min (connect and teardown as usual), so a hung template
+        or agent fails its rollout in that phase instead of holding a slot forever.
+        `Timeouts()` itself keeps no limit on those phases."""
+        return cls(start=BOUNDED_START, agent=BOUNDED_AGENT, grade=BOUNDED_GRADE)
 
     @classmethod
     def of(cls, value: Timeouts | float | None) -> Timeouts:
