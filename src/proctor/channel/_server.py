@@ -127,7 +127,10 @@ class EnvServer:
             OSError: the address cannot be bound.
         """
         if not _is_loopback(host) and self._token is None:
-            raise ValueError(f"binding {host} (not loopback) requires a token")
+            raise ValueError(
+                f"binding {host} (not loopback) requires a token: `proctor serve --token-env "
+                "VAR` reads it from the variable VAR (EnvServer takes token=)"
+            )
         loop = self._prepare_listening()
         listener = await loop.create_server(lambda: _Connection(self, remote=True), host, port)
         self._listeners.append(listener)
