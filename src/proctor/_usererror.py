@@ -6,9 +6,9 @@ a file or socket the system refuses, a peer's error) is one line on stderr and e
 code 1; any other exception is a bug and keeps its traceback.
 
 Tracebacks of user code (a template, an agent) are kept on the run record and sent over
-the wire: `format_traceback` makes them bounded (the last `MAX_FRAMES` frames of each
-exception, at most `MAX_TRACEBACK` bytes, the tail kept) and redacted (the value of every
-environment variable whose name looks secret is replaced by `[redacted]`).
+the wire: `format_traceback` bounds them (the last `MAX_FRAMES` frames of each exception,
+at most `MAX_TRACEBACK` bytes: a cut keeps the start and the end) and redacts them (the
+value of every environment variable whose name looks secret becomes `[redacted]`).
 `PROCTOR_DEBUG=1` (`debugging()`) makes the commands print full tracebacks.
 """
 
@@ -133,15 +133,13 @@ def print_remote_traceback(exc: BaseException) -> None:
 
 
 def _bound(text: str, max_bytes: int) -> str:
-    """`text` if it fits in `max_bytes` of UTF-8, else its end (from a line start)
-    after a line saying how much was cut."""
+    """`text` if it fits in `max_bytes` of UTF-8, else its first quarter and its end
+    around a line saying how much was cut (the frames, then the innermost ones)."""
     data = text.encode()
     if len(data) <= max_bytes:
         return text
-    keep = max(max_bytes - 64, 0)  # the marker line fits in 64 bytes
-    tail = data[len(data) - keep :].decode(errors="ignore")
-    newline = tail.find("\n")
-    if 0 <= newline < len(tail) - 1:
-        tail = tail[newline + 1 :]
-    cut = len(data) - len(tail.encode())
-    return f"[... {cut} bytes of traceback cut ...]\n{tail}"
+    room = max(max_bytes - 64, 0)  # the marker line fits in 64 bytes
+    head = data[: room // 4].decode(errors="ignore")
+    tail = data[len(data) - (room - room // 4) :].decode(errors="ignore")
+    cut = len(data) - len(head.encode()) - len(tail.encode())
+    return f"{head}\n[... {cut} bytes of traceback cut ...]\n{tail}"

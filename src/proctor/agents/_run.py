@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ChannelError, ProtocolError
+from .._usererror import error_traceback, redact
 from ..records._records import Grade, RunError, Trace
 
 if TYPE_CHECKING:
@@ -216,10 +217,15 @@ class Run:
         """Mark the run failed in `phase` with `exc` (the engine calls this).
 
         A teardown failure after the grade keeps the run `completed` and its reward.
+        The error keeps `exc`'s traceback, after the environment server's for an error
+        it answered (bounded; none for a cancellation); secret values are redacted from
+        it and from the message.
         """
         if not (phase == "teardown" and self.grade is not None and self.status == "completed"):
             self.status = "failed"
-        self.error = RunError(phase, type(exc).__name__, str(exc) or type(exc).__name__)
+        message = redact(str(exc) or type(exc).__name__)
+        trace = error_traceback(exc) if isinstance(exc, Exception) else None
+        self.error = RunError(phase, type(exc).__name__, message, trace)
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         """Hand the model-visible state to continue from to whoever records this run.
@@ -257,6 +263,7 @@ class Run:
                 "phase": self.error.phase,
                 "type": self.error.type,
                 "message": self.error.message,
+                "traceback": self.error.traceback,
             },
             "stop_reason": self.stop_reason,
             "launch_attempts": self.launch_attempts,

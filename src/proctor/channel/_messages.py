@@ -31,9 +31,13 @@ def result_frame(id: Any, result: Any) -> bytes:
     return encode({"jsonrpc": "2.0", "id": id, "result": result})
 
 
-def error_frame(id: Any, code: int, message: str) -> bytes:
-    """`{"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}` plus newline."""
-    return encode({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+def error_frame(id: Any, code: int, message: str, data: Any = None) -> bytes:
+    """`{"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}` plus newline;
+    the error gets `"data":data` after the message when `data` is not None."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return encode({"jsonrpc": "2.0", "id": id, "error": error})
 
 
 def request_frame(id: int | None, method: str, params: dict[str, Any]) -> bytes:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ParseError, TaskError
+from .._usererror import format_traceback, redact
 from ..env._runner import TaskRunner
 from ._framing import decode
 from ._messages import (
@@ -66,10 +67,10 @@ class _Session:
             self.reply_bytes = len(frame)
             self.conn.send(frame)
 
-    def error(self, rid: Any, code: int, message: str) -> None:
+    def error(self, rid: Any, code: int, message: str, data: Any = None) -> None:
         self._release()
         if rid is not _NOTIFY:
-            self.conn.send(error_frame(rid, code, message))
+            self.conn.send(error_frame(rid, code, message, data))
 
     def feed(self, line: bytes) -> None:
         self.request_bytes = len(line)
@@ -283,13 +284,19 @@ class _Session:
         self.reply(rid, result)
 
     def _failed(self, rid: Any, what: str, exc: Exception) -> None:
-        """Answer a failure: a `TaskError` as it is, anything else as a crash of `what`."""
+        """Answer a failure: a `TaskError` as it is, anything else as a crash of `what`.
+
+        The error's `data.traceback` is the traceback of the environment's code that
+        raised (a `TaskError`'s cause), when there is one; secret values of this
+        process's environment are redacted from it and from the message.
+        """
         if isinstance(exc, TaskError):
             log.info("task failed: %s", exc)
-            self.error(rid, TASK_ERROR, str(exc))
+            self.error(rid, TASK_ERROR, redact(str(exc)), _traceback_data(exc.__cause__))
         else:  # the environment's code is at fault, not the client's request
             log.error("%s crashed", what, exc_info=exc)
-            self.error(rid, TASK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
+            message = redact(f"{what}: {type(exc).__name__}: {exc}")
+            self.error(rid, TASK_ERROR, message, _traceback_data(exc))
 
     def detach(self) -> None:
         """The connection is gone: park a suspended task, drop everything else."""
@@ -313,6 +320,12 @@ _HANDLERS: dict[str, Callable[[_Session, Any, dict[str, Any]], None]] = {
     "bye": _Session.bye,
     "tunnel.open": _Session.tunnel_in_session,
 }
+
+
+def _traceback_data(exc: BaseException | None) -> dict[str, str] | None:
+    """`{"traceback": ...}` (bounded, redacted) for a JSON-RPC error's `data`, or None."""
+    text = None if exc is None else format_traceback(exc)
+    return None if text is None else {"traceback": text}
 
 
 async def quiet_cancel(runner: TaskRunner) -> None:

@@ -127,11 +127,17 @@ class Trace:
 
 @dataclass(frozen=True, slots=True)
 class RunError:
-    """Why a run failed: the phase, the exception type and its message."""
+    """Why a run failed: the phase, the exception type and its message.
+
+    `traceback` is the formatted traceback (the environment server's first when the
+    error came over the wire, then the local one), bounded and with secret values
+    redacted; None when there was none (e.g. a cancelled run).
+    """
 
     phase: str
     type: str
     message: str
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
