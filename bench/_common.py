@@ -149,7 +149,7 @@ def main(sections: dict[str, Section], dist: str) -> None:
 # -- the machine's pace, measured in the same run --------------------------------------------
 
 
-def _reap(start: Callable[[], int], n: int, in_flight: int) -> float:
+def reap(start: Callable[[], int], n: int, in_flight: int) -> float:
     """Start `n` short-lived processes, at most `in_flight` at once; wall seconds."""
     t0, live = time.perf_counter(), 0
     for _ in range(n):
@@ -163,14 +163,16 @@ def _reap(start: Callable[[], int], n: int, in_flight: int) -> float:
     return time.perf_counter() - t0
 
 
-def _fork() -> int:
+def fork_exit() -> int:
+    """Fork a child that exits at once; its pid."""
     pid = os.fork()
     if pid == 0:
         os._exit(0)
     return pid
 
 
-def _python_pass(python: str) -> Callable[[], int]:
+def python_pass(python: str) -> Callable[[], int]:
+    """A starter of `python -c pass` processes; each call returns the pid."""
     env = dict(os.environ)
     return lambda: os.posix_spawn(python, [python, "-c", "pass"], env)
 
@@ -183,14 +185,14 @@ def baseline(n: int = 20, python: str = sys.executable) -> dict[str, Any]:
     `_exit`s at once, the same way (10 x `n` of them). The load average comes with it.
     Call it from a process without threads (fork).
     """
-    spawn = _python_pass(python)
+    spawn = python_pass(python)
     out: dict[str, Any] = {"load": os.getloadavg()[0], "n": n}
-    for name, start, count in (("pass", spawn, n), ("fork", _fork, 10 * n)):
-        _reap(start, 2, 1)  # the page cache
-        walls = [_reap(start, 1, 1) for _ in range(count)]
+    for name, start, count in (("pass", spawn, n), ("fork", fork_exit, 10 * n)):
+        reap(start, 2, 1)  # the page cache
+        walls = [reap(start, 1, 1) for _ in range(count)]
         out[f"{name}_p50_ms"] = pct(walls, 0.5) * 1e3
         out[f"{name}_p90_ms"] = pct(walls, 0.9) * 1e3
-        out[f"{name}_per_s"] = count / _reap(start, count, 8)
+        out[f"{name}_per_s"] = count / reap(start, count, 8)
     return out
 
 

@@ -131,13 +131,23 @@ def subproc(p: dict[str, Any]) -> dict[str, Any]:
             "rollouts_per_s": n / wall,
             "parent_cpu_ms": (time.process_time() - c0) / n * 1e3,
             "child_cpu_ms": (children_cpu() - k0) / n * 1e3,
-            "cold_port_p50_ms": pct(to_port, 0.5) * 1e3,
-            "cold_port_max_ms": max(to_port) * 1e3,
-            "cold_hello_p50_ms": pct(to_hello, 0.5) * 1e3,
+            **_cold(to_port, to_hello),
             **_job_summary(job, n),
         }
 
     return run_on(p["variant"], go)
+
+
+def _cold(to_port: list[float], to_hello: list[float]) -> dict[str, Any]:
+    """Percentiles of the sequential spawns, in ms (none when `cold` was 0)."""
+    if not to_port:
+        return {}
+    return {
+        "cold_port_p50_ms": pct(to_port, 0.5) * 1e3,
+        "cold_port_max_ms": max(to_port) * 1e3,
+        "cold_hello_p50_ms": pct(to_hello, 0.5) * 1e3,
+        "cold_hello_p90_ms": pct(to_hello, 0.9) * 1e3,
+    }
 
 
 async def _served() -> tuple[Any, str]:

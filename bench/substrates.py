@@ -1,6 +1,7 @@
 """Substrates side by side: one trivial task on every provider, one table.
 
     .venv/bin/python bench/substrates.py [--quick] [--rows warm,sandbox-warm,...] [--json PATH]
+        [--peers-python .venv-peers/bin/python]
 
 Every row drives `bench/envs/proctor_env.py` (one template, no hooks) with an agent that
 answers and nothing else, so the figures are what the substrate costs. Each row runs in
@@ -17,10 +18,17 @@ machine's interface. Per row:
   it counts pages shared with a zygote once; `fixed` is what stays up for all rollouts
   (a zygote, the Ray cluster; for the in-process row, the whole process).
 
+Every figure is measured in the run that prints it, peers included. Two baseline rows
+come first, measured the same way, and the ratio columns divide by them: `python -c pass`
+(a fresh interpreter, spawn to reaped exit; rates with 8 and 32 in flight) and a bare
+fork whose child exits at once. The last row is the HUD SDK's `SubprocessRuntime`
+(hud==0.6.21, under `--peers-python`, through `bench/_hud_side.py` as `bench/rollouts.py`
+runs it: scrubbed environment, loopback only); without a peers python it says so.
+
 A row whose provider module is missing reads `n/a (not built)`; one whose prerequisites
 are missing says which. Budgets from the issue are judged where they exist. Progress
-goes to stderr, the table to stdout; `--json PATH` keeps every raw figure. Run it on an
-otherwise idle machine: the load average is printed with the table.
+goes to stderr, the table to stdout; `--json PATH` keeps every raw figure. The load
+average is printed with the table: on a busy machine read the ratio columns.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ import importlib.util
 import json
 import os
 import platform
+import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -48,7 +58,6 @@ SOURCE = BENCH / "envs" / "proctor_env.py"
 RAY_TESTS = BENCH.parent / "tests" / "ray"
 DISCARD = 2  # sequential rollouts that only warm the page cache and the provider
 MEMORY_SAMPLES = 10  # sequential rollouts whose processes are measured
-HUD_SUBPROCESS = 0.4  # rollouts/s of HUD's subprocess runtime on this machine (issue 4)
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class Spec:
     """One row: a provider, its module, its budgets and its sizes (full, quick)."""
 
     label: str
-    module: str
+    module: str | None  # None: nothing to import here (a baseline, a peer)
     ready_ms: float | None = None  # start-to-ready p50 budget
     per_s: float | None = None  # rollouts/s budget, at both concurrencies
     seq: tuple[int, int] = (20, 5)  # sequential start-to-ready samples
@@ -64,6 +73,9 @@ class Spec:
 
 
 ROWS = {
+    "pass": Spec("baseline: `python -c pass`, spawn to exit", None, seq=(50, 20), n=(200, 64)),
+    "fork": Spec("baseline: bare fork, child exits at once", None, seq=(500, 200),
+                 n=(2000, 500)),
     "local": Spec("local (in-process, not isolated)", "proctor.runtimes._local",
                   seq=(200, 50), n=(2000, 400)),
     "subprocess": Spec("subprocess, cold", "proctor.runtimes._subprocess"),
@@ -76,7 +88,9 @@ ROWS = {
     "container": Spec("container (podman, runc)", "proctor.runtimes._container",
                       ready_ms=600, seq=(10, 4), n=(48, 16)),
     "ray": Spec("Ray actor (2 local nodes)", "proctor.runtimes._ray", seq=(20, 5), n=(48, 16)),
+    "hud": Spec("HUD SubprocessRuntime (hud 0.6.21), cold", None, seq=(5, 2), n=(32, 32)),
 }  # fmt: skip
+BASELINES = ("pass", "fork")
 
 
 def log(msg: str) -> None:
@@ -206,7 +220,8 @@ async def ray_cluster(source: Path) -> AsyncIterator[tuple[Any, Footprint]]:
 
 def missing(name: str) -> str | None:
     """Why row `name` cannot run here, or None."""
-    if importlib.util.find_spec(ROWS[name].module) is None:
+    module = ROWS[name].module
+    if module is not None and importlib.util.find_spec(module) is None:
         return "n/a (not built)"
     if name.startswith("sandbox") and shutil.which("bwrap") is None:
         return "needs bubblewrap: apt-get install -y bubblewrap"
@@ -303,6 +318,63 @@ async def measure(name: str, quick: bool, source: Path) -> dict[str, Any]:
     return out
 
 
+def measure_baseline(name: str, quick: bool) -> dict[str, Any]:
+    """A baseline row, measured as the substrates are: sequential, then 8 and 32 in flight."""
+    from _common import fork_exit, python_pass, reap
+
+    spec = ROWS[name]
+    seq, n = (spec.seq[1], spec.n[1]) if quick else (spec.seq[0], spec.n[0])
+    start = fork_exit if name == "fork" else python_pass(sys.executable)
+    reap(start, DISCARD, 1)
+    walls = [reap(start, 1, 1) for _ in range(seq)]
+    # a child's peak RSS; a forked child's is this process's, so none is given for it
+    hwm = 0 if name == "fork" else resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    ready = {"ready_p50_ms": statistics.median(walls) * 1e3,
+             "ready_p90_ms": statistics.quantiles(walls, n=10)[-1] * 1e3}  # fmt: skip
+    out: dict[str, Any] = {
+        "seq": {
+            "n": seq,
+            **ready,
+            "substrate_hwm_kb": hwm,
+            "substrate_pss_kb": 0,
+            "fixed_hwm_kb": 0,
+        }
+    }
+    for limit in (8, 32):
+        wall = reap(start, n, limit)
+        out[f"at{limit}"] = {"n": n, "seconds": wall, "per_s": n / wall, "errors": 0}
+    return out
+
+
+def hud_row(peers: str | None, quick: bool, tmp: Path, timeout: float) -> dict[str, Any]:
+    """The HUD SDK's SubprocessRuntime, as `bench/rollouts.py` drives it (`_hud_side.py`)."""
+    from rollouts import hud_environ, peers_usable, run_side
+
+    usable, why = peers_usable(peers)
+    if not usable or peers is None:
+        return {"skipped": f"needs the HUD SDK: {why}"}
+    spec, k = ROWS["hud"], int(quick)
+    env, t0 = hud_environ(environ(), tmp), time.perf_counter()
+    out: dict[str, Any] = {}
+    for limit in (8, 32):
+        params = {"n": spec.n[k], "concurrency": limit, "discard": 1 if limit == 8 else 0,
+                  "cold": spec.seq[k] if limit == 8 else 0}  # fmt: skip
+        side = run_side(os.path.abspath(peers), "_hud_side.py", {"subproc": params}, tmp,
+                        env, timeout, ("subproc",))  # fmt: skip
+        got = side.get("sections", {}).get("subproc") or {"error": side.get("error")}
+        if "error" in got or got.get("complete") is False:
+            return {"error": f"@{limit}: {got.get('error') or got.get('first_error')}"}
+        out["version"] = (side.get("framework") or {}).get("version")
+        out[f"at{limit}"] = {"n": got["n"], "seconds": got["n"] / got["rollouts_per_s"],
+                             "per_s": got["rollouts_per_s"], "errors": got["errors"]}  # fmt: skip
+        if limit == 8:
+            out["seq"] = {"n": got["cold_n"], "ready_p50_ms": got["cold_hello_p50_ms"],
+                          "ready_p90_ms": got["cold_hello_p90_ms"], "substrate_hwm_kb": 0,
+                          "substrate_pss_kb": 0, "fixed_hwm_kb": 0}  # fmt: skip
+    log(f"hud: {time.perf_counter() - t0:.1f} s")
+    return out
+
+
 def run_row(name: str, quick: bool, out: Path) -> int:
     """`--row NAME`: measure one row in this process and write its figures as JSON."""
     import logging
@@ -310,6 +382,9 @@ def run_row(name: str, quick: bool, out: Path) -> int:
     # Python 3.11 logs "Exception in callback" when a server is torn down under a live
     # handler (fixed in 3.12); interpreter noise, not substrate work.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    if name in BASELINES:
+        out.write_text(json.dumps(measure_baseline(name, quick)))
+        return 0
     why = missing(name)
     with tempfile.TemporaryDirectory(prefix=f"proctor-substrates-{name}-") as tmp:
         source = Path(tmp, SOURCE.name)
@@ -403,22 +478,37 @@ def mib(kb: int) -> str:
     return f"{kb / 1024:.1f}" if kb else "-"
 
 
+def times(value: float, base: dict[str, Any] | None, path: tuple[str, str]) -> str:
+    """`value` as a multiple of the `python -c pass` baseline's figure at `path`."""
+    if not base or "seq" not in base:
+        return "-"
+    r = value / base[path[0]][path[1]]
+    return f"{r:.3f}x" if r < 0.1 else f"{r:.2f}x" if r < 10 else f"{r:.0f}x"
+
+
+def rate(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.0f}"
+
+
 def render(results: dict[str, dict[str, Any]]) -> str:
     head = (
-        "| substrate | start-to-ready p50 / p90 ms | rollouts/s @8 | @32 "
+        "| substrate | start-to-ready p50 / p90 ms | x pass | rollouts/s @8 | @32 | @8 x pass "
         "| peak RSS / substrate MiB | PSS MiB | fixed RSS MiB | budget | verdict |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    base = results.get("pass")
     for name, r in results.items():
         spec = ROWS[name]
         if "skipped" in r or "error" in r:
             why = r.get("skipped") or f"failed: {r['error']}"
-            lines.append(f"| {spec.label} | {why} | | | | | | {budget(spec)} | |")
+            lines.append(f"| {spec.label} | {why} | | | | | | | | {budget(spec)} | |")
             continue
         s = r["seq"]
         lines.append(
             f"| {spec.label} | {ms(s['ready_p50_ms'])} / {ms(s['ready_p90_ms'])} "
-            f"| {r['at8']['per_s']:.0f} | {r['at32']['per_s']:.0f} "
+            f"| {times(s['ready_p50_ms'], base, ('seq', 'ready_p50_ms'))} "
+            f"| {rate(r['at8']['per_s'])} | {rate(r['at32']['per_s'])} "
+            f"| {times(r['at8']['per_s'], base, ('at8', 'per_s'))} "
             f"| {mib(s['substrate_hwm_kb'])} | {mib(s['substrate_pss_kb'])} "
             f"| {mib(s['fixed_hwm_kb'])} | {budget(spec)} | {verdict(spec, r)} |"
         )
@@ -431,6 +521,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per row")
+    parser.add_argument(
+        "--peers-python",
+        default=os.environ.get("PROCTOR_PEERS_PYTHON"),
+        help="python of the venv with hud==0.6.21, for the HUD row (default: "
+        "$PROCTOR_PEERS_PYTHON)",
+    )
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -442,19 +538,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown rows {sorted(unknown)}; rows are {', '.join(ROWS)}")
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="proctor-substrates-") as tmp:
-        results = {name: spawn_row(name, args.quick, Path(tmp), args.timeout) for name in names}
+        results = {
+            name: hud_row(args.peers_python, args.quick, Path(tmp), args.timeout)
+            if name == "hud"
+            else spawn_row(name, args.quick, Path(tmp), args.timeout)
+            for name in names
+        }
     load1 = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    cmd = "bench/substrates.py" + (" --quick" if args.quick else "")
+    cmd = shlex.join(getattr(sys, "orig_argv", sys.argv))
     print(f"Substrates: {cmd} on {os.cpu_count()} cores, {platform.python_version()}, "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")  # fmt: skip
     print()
     print(render(results))
     print()
-    print(f"Reference: HUD's subprocess runtime does {HUD_SUBPROCESS} rollouts/s on this "
-          "machine (issue 4; not run here). Start-to-ready: entering the provider to an "
-          "answered hello. Rates: run_taskset wall clock, one substrate per rollout.")  # fmt: skip
+    print("Start-to-ready: entering the provider to an answered hello (HUD: entering its "
+          "runtime(task) to `hud.connect` answered). Rates: run_taskset (HUD: Taskset.run) "
+          "wall clock, one substrate per rollout. x pass: the figure over the `python -c "
+          "pass` row's, measured in this run (below 1x is faster to ready, above 1x more "
+          "rollouts/s).")  # fmt: skip
     return 0
 
 
