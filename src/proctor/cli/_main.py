@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(commands)
     _add_task(commands)
     _add_run(commands)
+    _add_show(commands)
     add_batch_parser(commands)
     return parser
 
@@ -351,6 +352,23 @@ def _add_run(commands: _Commands) -> None:
     _add_connect(run)
     _add_json(run)
     run.set_defaults(handler=_lazy("._run", "cmd_run"))
+
+
+def _add_show(commands: _Commands) -> None:
+    """`proctor show`."""
+    show = commands.add_parser(
+        "show",
+        help="list a recorded run's rollouts, or print one rollout's transcript",
+        description="RECORD is the folder 'proctor run' (or 'proctor batch') recorded "
+        "into, or a rollouts/<id>.json file in it. Without ROLLOUT: every rollout's id, "
+        "status, reward and error phase. With it (an id, or its unique beginning): the "
+        "prompt, model turns with tool calls, tool results, answer, grade, and the error "
+        "with its traceback.",
+    )
+    show.add_argument("record", metavar="RECORD", help="output folder or rollouts/<id>.json")
+    show.add_argument("rollout", metavar="ROLLOUT", nargs="?", help="rollout id (or prefix)")
+    _add_json(show)
+    show.set_defaults(handler=_lazy("._show", "cmd_show"))
 
 
 def _add_model_options(run: argparse.ArgumentParser) -> None:

@@ -62,6 +62,7 @@ class _Plan:
     token: str | None
     output: str | None
     record: str | None  # the output directory to create, None with --no-record
+    batch_id: str  # `<taskset>-<UTC stamp>-<4 hex>`, the default record's folder name
     allow_invalid: bool
 
 
@@ -86,6 +87,9 @@ def _plan(args: argparse.Namespace) -> _Plan:
     max_concurrent = args.max_concurrent
     if max_concurrent is None and runtime in _CHILDREN:
         max_concurrent = 2 * (os.cpu_count() or 1)
+    from ..batch._execute import _batch_id
+
+    batch_id = _batch_id(taskset.name or "run")
     return _Plan(
         source,
         taskset,
@@ -103,12 +107,13 @@ def _plan(args: argparse.Namespace) -> _Plan:
         ready_timeout=args.ready_timeout,
         token=read_token(args.token_env),
         output=args.output,
-        record=_record_dir(args, taskset.name),
+        record=_record_dir(args, batch_id),
+        batch_id=batch_id,
         allow_invalid=args.allow_invalid,
     )
 
 
-def _record_dir(args: argparse.Namespace, name: str) -> str | None:
+def _record_dir(args: argparse.Namespace, batch_id: str) -> str | None:
     """Where the run is recorded: `--output-dir`, else a new folder under
     `$PROCTOR_RUNS_DIR` (default `./proctor-runs`) named `<taskset>-<UTC stamp>-<4 hex>`."""
     if args.no_record:
@@ -117,10 +122,8 @@ def _record_dir(args: argparse.Namespace, name: str) -> str | None:
         return None
     if args.output_dir:
         return os.path.abspath(str(args.output_dir))
-    from ..batch._execute import _batch_id
-
     root = os.environ.get("PROCTOR_RUNS_DIR") or DEFAULT_RUNS_DIR
-    return os.path.abspath(os.path.join(root, _batch_id(name or "run")))
+    return os.path.abspath(os.path.join(root, batch_id))
 
 
 def _check_files(args: argparse.Namespace, runtime: str, env_source: str) -> None:
@@ -473,7 +476,7 @@ def _meta(plan: _Plan) -> dict[str, Any]:
 
     return {
         "name": plan.taskset.name,
-        "batch_id": os.path.basename(plan.record or ""),
+        "batch_id": plan.batch_id,
         "config": None,
         "command": {
             "kind": "proctor run",
