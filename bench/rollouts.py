@@ -7,10 +7,13 @@ this python, `bench/_hud_side.py` under `--peers-python` (hud==0.6.21) with a sc
 environment (private HOME, no HUD_API_KEY, telemetry and CLI analytics off, every
 HUD_*_URL pointed at 127.0.0.1:9; all traffic stays on 127.0.0.1). Both drive twin
 trivial environments (`bench/envs/`) with a trivial agent, so the numbers are framework
-overhead. Import time is measured here, in fresh interpreters too. The rows and budgets
-follow DESIGN.md section 8; without a peers python the HUD column reads n/a, as it does
-on the rows of proctor's warm pool (`SubprocessRuntime(warm=True)`), which HUD lacks. Progress
-goes to stderr, the report to stdout; `--json PATH` keeps every raw number.
+overhead. Import time is measured here, in fresh interpreters too. The header gives the
+load average and a bare-process baseline of the same run (`_common.baseline`: `python -c
+pass` and a bare fork), the yardstick for the absolute figures on a busy machine. The
+rows and budgets follow DESIGN.md section 8; without a peers python the HUD column reads
+n/a, as it does on the rows of proctor's warm pool (`SubprocessRuntime(warm=True)`), which
+HUD lacks. Progress goes to stderr, the report to stdout; `--json PATH` keeps every raw
+number.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import machine_cpu
+from _common import baseline, baseline_line, machine_cpu
 
 BENCH = Path(__file__).resolve().parent
 
@@ -499,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QUICK if args.quick else FULL
     timeout = 120.0 if args.quick else 1200.0
     started, load, busy0 = time.perf_counter(), os.getloadavg(), machine_cpu()
+    base = baseline()
     has_peers, why = peers_usable(args.peers_python)
     # abspath, not resolve(): a venv's python is a symlink that must stay in its venv.
     peers = os.path.abspath(args.peers_python) if has_peers else None
@@ -534,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         "proctor vs HUD rollout benchmark" + (" (--quick: small counts)" if args.quick else ""),
         "command: " + shlex.join(getattr(sys, "orig_argv", sys.argv)),
         *machine(load),
+        baseline_line(base),
         _versions(p, h, why),
         "",
         render(rows),
