@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import sys
@@ -196,8 +197,13 @@ async def test_a_secret_in_an_agents_exception_is_redacted(
 
 @pytest.mark.parametrize("where", ["local", "subprocess"])
 async def test_a_secret_in_a_templates_exception_is_redacted(
-    env: Environment, env_file: Path, where: str, monkeypatch: pytest.MonkeyPatch
+    env: Environment,
+    env_file: Path,
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, "proctor.channel")
     if where == "local":
         monkeypatch.setenv("TB_SECRET_TOKEN", SECRET)
         runtime: Any = LocalRuntime(env)
@@ -209,6 +215,8 @@ async def test_a_secret_in_a_templates_exception_is_redacted(
     assert "boom [redacted]" in run.error.message
     assert "RuntimeError: boom [redacted]" in run.error.traceback
     assert SECRET not in json.dumps(run.to_dict())
+    if where == "local":  # the server's log too (a child logs only warnings and up)
+        assert "boom [redacted]" in caplog.text and SECRET not in caplog.text
 
 
 # --- bounds ----------------------------------------------------------------------------

@@ -288,15 +288,17 @@ class _Session:
 
         The error's `data.traceback` is the traceback of the environment's code that
         raised (a `TaskError`'s cause), when there is one; secret values of this
-        process's environment are redacted from it and from the message.
+        process's environment are redacted from it, from the message and from the log.
         """
         if isinstance(exc, TaskError):
-            log.info("task failed: %s", exc)
-            self.error(rid, TASK_ERROR, redact(str(exc)), _traceback_data(exc.__cause__))
+            message = redact(str(exc))
+            log.info("task failed: %s", message)
+            self.error(rid, TASK_ERROR, message, _traceback_data(exc.__cause__))
         else:  # the environment's code is at fault, not the client's request
-            log.error("%s crashed", what, exc_info=exc)
             message = redact(f"{what}: {type(exc).__name__}: {exc}")
-            self.error(rid, TASK_ERROR, message, _traceback_data(exc))
+            data = _traceback_data(exc)
+            log.error("%s crashed\n%s", what, message if data is None else data["traceback"])
+            self.error(rid, TASK_ERROR, message, data)
 
     def detach(self) -> None:
         """The connection is gone: park a suspended task, drop everything else."""
