@@ -147,8 +147,8 @@ def test_round_trip(tmp_path: Path, ts: Taskset, suffix: str) -> None:
     path = tmp_path / f"rich{suffix}"
     rich.to_file(path)
     loaded = Taskset.from_file(path)
-    assert loaded.tasks == rich.tasks
-    assert loaded.name == "rich"
+    assert loaded == rich  # the stem gives the name back
+    assert Taskset.from_file(path, name="other") != rich
 
 
 @pytest.mark.parametrize("suffix", [".json", ".jsonl"])
@@ -427,20 +427,26 @@ def test_py_duplicate_slugs_name_the_file(tmp_path: Path) -> None:
         Taskset.from_file(path)
 
 
-def test_directory_of_py_files(tmp_path: Path) -> None:
+def test_directory_reads_its_task_files_in_order(tmp_path: Path) -> None:
     folder = tmp_path / "suite"
-    _write(folder / "b_more.py", _HEADER + 'b = Task(env="e", id="b")\n')
-    _write(folder / "a_first.py", _HEADER + 'a = Task(env="e", id="a")\n')
+    _write(folder / "tasks_b.py", _HEADER + 'b = Task(env="e", id="b")\n')
+    _write(folder / "tasks_a.py", _HEADER + 'a = Task(env="e", id="a")\n')
+    _write(folder / "tasks.py", _HEADER + 'first = Task(env="e", id="first")\n')
     _write(folder / "_helper.py", "HELP = 1\n")
     loaded = Taskset.from_file(folder)
-    assert (loaded.name, [t.slug for t in loaded]) == ("suite", ["a", "b"])
+    assert (loaded.name, [t.slug for t in loaded]) == ("suite", ["first", "a", "b"])
+    assert Taskset.source_files(folder) == [
+        folder / "tasks.py",
+        folder / "tasks_a.py",
+        folder / "tasks_b.py",
+    ]
 
 
-def test_directory_module_without_tasks_raises(tmp_path: Path) -> None:
+def test_directory_task_file_without_tasks_raises(tmp_path: Path) -> None:
     folder = tmp_path / "suite"
-    _write(folder / "a.py", _HEADER + 'a = Task(env="e", id="a")\n')
-    _write(folder / "util.py", "HELP = 1\n")
-    with pytest.raises(TasksetError, match=r"util\.py: defines no Task"):
+    _write(folder / "tasks.py", _HEADER + 'a = Task(env="e", id="a")\n')
+    _write(folder / "tasks_util.py", "HELP = 1\n")
+    with pytest.raises(TasksetError, match=r"tasks_util\.py: defines no Task"):
         Taskset.from_file(folder)
 
 
@@ -451,9 +457,10 @@ def test_package_directory(tmp_path: Path) -> None:
     assert (loaded.name, [t.slug for t in loaded]) == ("pkg", ["p"])
 
 
-def test_directory_with_only_private_py_files(tmp_path: Path) -> None:
+def test_directory_without_task_files_imports_nothing(tmp_path: Path) -> None:
     _write(tmp_path / "d" / "_private.py", "x = 1\n")
-    with pytest.raises(TasksetError, match="no Python files"):
+    _write(tmp_path / "d" / "script.py", "raise SystemExit('imported')\n")
+    with pytest.raises(TasksetError, match=r"needs tasks\.py or tasks_\*\.py"):
         Taskset.from_file(tmp_path / "d")
 
 
@@ -529,7 +536,8 @@ def test_random_rows_round_trip_exactly(
 
 def test_directory_sharing_one_taskset_keeps_its_name(tmp_path: Path) -> None:
     folder = tmp_path / "shared"
-    _module(folder / "a_base.py", 'SUITE = Taskset("suite", [Task(env="e", id="a")])\n')
-    _module(folder / "b_reuse.py", "from a_base import SUITE\n")
+    # (module names are per process: `tasks` may already be another test's folder)
+    _module(folder / "tasks_base.py", 'SUITE = Taskset("suite", [Task(env="e", id="a")])\n')
+    _module(folder / "tasks_reuse.py", "from tasks_base import SUITE\n")
     loaded = Taskset.from_file(folder)
     assert (loaded.name, [t.slug for t in loaded]) == ("suite", ["a"])

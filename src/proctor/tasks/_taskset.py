@@ -17,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from .._errors import SourceError, TasksetError
-from .._loader import source_modules
+from .._loader import load_module
 from ..records._task import Task
 
 if TYPE_CHECKING:
@@ -88,6 +88,14 @@ class Taskset:
     def __repr__(self) -> str:
         return f"<Taskset {self._name!r}: {len(self)} tasks>"
 
+    def __eq__(self, other: object) -> bool:
+        """Equal when the names and the rows, in order, are equal."""
+        if not isinstance(other, Taskset):
+            return NotImplemented
+        return self._name == other._name and self._tasks == other._tasks
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, and rows are mutable
+
     def filter(self, slugs: Iterable[str]) -> Taskset:
         """The rows whose slug is in `slugs`, in this taskset's order.
 
@@ -133,13 +141,16 @@ class Taskset:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], name: str | None = None) -> Taskset:
-        """Load a taskset from `.json`, `.jsonl`, a `.py` source or a directory.
+        """Load a taskset from `.json`, `.jsonl`, a `.py` source or a folder.
 
         A `.json` file holds an array of rows or `{"name": ..., "tasks": [...]}`; a
-        `.jsonl` file one row per line. A `.py` file (or a folder of them, or a package)
-        contributes every `Task`, `Taskset` and list or tuple of `Task` among its module
-        globals, in definition order; an equal row seen twice counts once. A folder
-        with no Python files may hold exactly one `tasks.json` or `tasks.jsonl`.
+        `.jsonl` file one row per line. A `.py` file (or a package: a folder with an
+        `__init__.py`) contributes every `Task`, `Taskset` and list or tuple of `Task`
+        among its module globals, in definition order; an equal row seen twice counts
+        once. Any other folder names its task files: `tasks.py` and `tasks_*.py`, in
+        name order, else its one `tasks.json` or `tasks.jsonl`. No other file in the
+        folder is imported (helpers, the environment, scripts run only when a task
+        file imports them); `source_files` says which files a source reads.
 
         Args:
             path: The file or directory.
@@ -147,32 +158,49 @@ class Taskset:
                 object's `name`, or a module's only `Taskset`), else the file stem.
 
         Raises:
-            TasksetError: the file is missing, unreadable or malformed; the message
-                names the file and, where known, the line.
+            TasksetError: the file is missing, unreadable or malformed, or a folder
+                holds no task file; the message names the file and, where known, the line.
         """
         source = Path(path)
-        if not source.exists():
-            raise TasksetError(f"{source}: no such file")
-        if source.is_dir():
-            given, tasks = _load_dir(source)
-            stem = source.resolve().name
-        elif source.suffix in _LOADERS:
-            given, tasks = _LOADERS[source.suffix](source)
-            stem = source.stem
+        files = cls.source_files(source)
+        if files[0].suffix == ".py":
+            given, tasks = _load_py(source if source.is_dir() and _is_package(source) else files)
         else:
-            raise TasksetError(
-                f"{source}: unknown taskset format {source.suffix!r}; "
-                "expected .json, .jsonl, .py or a directory"
-            )
+            given, tasks = _LOADERS[files[0].suffix](files[0])
+        stem = source.resolve().name if source.is_dir() else source.stem
         try:
             return cls(name or given or stem, tasks)
         except TasksetError as exc:
             raise TasksetError(f"{source}: {exc}") from None
 
+    @staticmethod
+    def source_files(path: str | os.PathLike[str]) -> list[Path]:
+        """The files `from_file(path)` reads, without reading them.
+
+        The path itself for a file; a package's `__init__.py`; for any other folder its
+        task files (`tasks.py`, then `tasks_*.py` in name order), else its one
+        `tasks.json` or `tasks.jsonl`. Modules those files import are not listed.
+
+        Raises:
+            TasksetError: the path is missing, has an unknown format, or is a folder
+                with no task file (or with both `tasks.json` and `tasks.jsonl`).
+        """
+        source = Path(path)
+        if not source.exists():
+            raise TasksetError(f"{source}: no such file")
+        if source.is_dir():
+            return _folder_files(source)
+        if source.suffix not in _LOADERS:
+            raise TasksetError(
+                f"{source}: unknown taskset format {source.suffix!r}; "
+                "expected .json, .jsonl, .py or a directory"
+            )
+        return [source]
+
     def to_file(self, path: str | os.PathLike[str]) -> None:
         """Write the rows atomically as a `.json` array (indented) or `.jsonl` lines.
 
-        `Taskset.from_file(path)` reads back equal rows. The name is not stored.
+        The name is not stored: `Taskset.from_file(path, name=ts.name) == ts`.
 
         Raises:
             TasksetError: the suffix is neither `.json` nor `.jsonl`.
@@ -328,9 +356,10 @@ def _row_lines(text: str) -> list[int]:
     return lines
 
 
-def _load_py(path: Path) -> _Loaded:
+def _load_py(source: Path | list[Path]) -> _Loaded:
+    """Rows of a package (a folder `source`) or of the `.py` files listed."""
     try:
-        modules = source_modules(path)
+        modules = [load_module(p) for p in ([source] if isinstance(source, Path) else source)]
     except SourceError as exc:
         raise TasksetError(str(exc)) from exc
     found: list[Task] = []
@@ -342,7 +371,7 @@ def _load_py(path: Path) -> _Loaded:
         for item in items:
             # A sibling import re-runs a module under its own name, so the same row or
             # taskset can come back as an equal copy rather than the same object.
-            if isinstance(item, Taskset) and not any(_same(item, t) for t in tasksets):
+            if isinstance(item, Taskset) and item not in tasksets:
                 tasksets.append(item)
             found.extend(item)
     unique = _distinct(found)
@@ -364,10 +393,6 @@ def _distinct(tasks: Iterable[Task]) -> list[Task]:
     return unique
 
 
-def _same(a: Taskset, b: Taskset) -> bool:
-    return a.name == b.name and a.tasks == b.tasks
-
-
 def _module_items(module: ModuleType) -> list[Taskset | Sequence[Task]]:
     items: list[Taskset | Sequence[Task]] = []
     for value in vars(module).values():
@@ -380,15 +405,25 @@ def _module_items(module: ModuleType) -> list[Taskset | Sequence[Task]]:
     return items
 
 
-def _load_dir(path: Path) -> _Loaded:
-    if any(path.glob("*.py")):
-        return _load_py(path)
-    files = [p for p in (path / "tasks.json", path / "tasks.jsonl") if p.is_file()]
-    if len(files) != 1:
+def _is_package(path: Path) -> bool:
+    return (path / "__init__.py").is_file()
+
+
+def _folder_files(path: Path) -> list[Path]:
+    if _is_package(path):
+        return [path / "__init__.py"]
+    python = sorted(path.glob("tasks_*.py"))
+    if (path / "tasks.py").is_file():
+        python.insert(0, path / "tasks.py")
+    if python:
+        return python
+    data = [p for p in (path / "tasks.json", path / "tasks.jsonl") if p.is_file()]
+    if len(data) != 1:
         raise TasksetError(
-            f"{path}: expected Python files or exactly one of tasks.json, tasks.jsonl"
+            f"{path}: a folder source needs tasks.py or tasks_*.py, or exactly one of "
+            "tasks.json, tasks.jsonl (no other file in it is imported; name a file to load it)"
         )
-    return _LOADERS[files[0].suffix](files[0])
+    return data
 
 
 _LOADERS: dict[str, Callable[[Path], _Loaded]] = {

@@ -1,0 +1,111 @@
+"""Folder sources read only their task files; tasksets compare by name and rows.
+
+Loading runs in a fresh interpreter, so module names (`tasks`, `env`) and `sys.path`
+start clean, as they do for `proctor run FOLDER`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proctor import TasksetError
+from proctor.records import Task
+from proctor.tasks import Taskset
+
+LETTERS = Path(__file__).resolve().parents[2] / "examples" / "letters"
+
+LOAD = """
+import json, sys
+from proctor import Taskset
+ts = Taskset.from_file(sys.argv[1])
+print(json.dumps({
+    "name": ts.name,
+    "slugs": [t.slug for t in ts],
+    "files": [str(p) for p in Taskset.source_files(sys.argv[1])],
+    "same_as_file": ts == Taskset.from_file(sys.argv[2]) if len(sys.argv) > 2 else None,
+    "modules": sorted(m for m in sys.modules if m in {"env", "solver", "tasks", "script"}),
+}))
+"""
+
+
+def load(*args: Path) -> dict[str, Any]:
+    """Load a taskset source in a fresh interpreter and report what it read and ran."""
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_letters_example_loads_as_a_folder() -> None:
+    doc = load(LETTERS, LETTERS / "tasks.py")
+    assert doc["name"] == "letters"
+    assert len(doc["slugs"]) == 12
+    assert doc["same_as_file"] is True
+    assert doc["files"] == [str(LETTERS / "tasks.py")]
+    # tasks.py imports env and solver itself; nothing else in the folder was imported
+    assert doc["modules"] == ["env", "solver", "tasks"]
+
+
+def test_a_folder_never_runs_its_other_modules(tmp_path: Path) -> None:
+    (tmp_path / "env.py").write_text("from proctor import Environment\nE = Environment('e')\n")
+    (tmp_path / "script.py").write_text(
+        "from pathlib import Path\nPath(__file__).with_name('ran').touch()\n"
+    )
+    (tmp_path / "tasks.py").write_text(
+        textwrap.dedent(
+            """
+            from proctor import Task
+            import env
+            rows = [Task(env=env.E.name, id="t", args={"n": n}) for n in range(2)]
+            """
+        )
+    )
+    doc = load(tmp_path)
+    assert doc["modules"] == ["env", "tasks"]
+    assert doc["files"] == [str(tmp_path / "tasks.py")]
+    assert len(doc["slugs"]) == 2
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_folder_of_helpers_alone_names_the_rule(tmp_path: Path) -> None:
+    (tmp_path / "env.py").write_text("raise SystemExit('must not be imported')\n")
+    with pytest.raises(TasksetError, match=r"needs tasks\.py or tasks_\*\.py"):
+        Taskset.from_file(tmp_path)
+    with pytest.raises(TasksetError, match=r"needs tasks\.py or tasks_\*\.py"):
+        Taskset.source_files(tmp_path)
+
+
+# --- equality -----------------------------------------------------------------------------
+
+
+def rows(*ids: str) -> list[Task]:
+    return [Task(env="e", id=i) for i in ids]
+
+
+def test_equal_by_name_and_rows_in_order() -> None:
+    assert Taskset("a", rows("x", "y")) == Taskset("a", rows("x", "y"))
+    assert Taskset("a", rows("x", "y")) != Taskset("b", rows("x", "y"))
+    assert Taskset("a", rows("x", "y")) != Taskset("a", rows("y", "x"))
+    assert Taskset("a", rows("x")) != rows("x")
+    with pytest.raises(TypeError):
+        hash(Taskset("a"))
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_rows_read_back_are_equal(tmp_path: Path, suffix: str) -> None:
+    original = Taskset("suite", [*rows("x"), Task(env="e", id="y", args={"n": [1, 2.5]})])
+    path = tmp_path / f"other{suffix}"
+    original.to_file(path)
+    assert Taskset.from_file(path, name="suite") == original
+    assert Taskset.from_file(path).name == "other"  # the file does not keep the name
