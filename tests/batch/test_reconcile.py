@@ -187,11 +187,10 @@ def test_not_final_the_callers_batch_goes_on_and_its_processes_stay(
     try:
         report = reconcile_sync(tmp_path / "out", final=False)
 
+        # Not final: labelled things are left whether or not the caller is recorded
+        # as a runner yet (a resume reconciles before it records itself).
         assert report["removed"]["processes"] == []
-        assert report["errors"] == [
-            f"runner {pid} still running this batch: its containers, Ray actors and "
-            "processes are left"
-        ]
+        assert report["removed"]["containers"] == [] and report["errors"] == []
     finally:
         signal.pidfd_send_signal(fd, signal.SIGKILL)
         os.close(fd)

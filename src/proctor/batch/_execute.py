@@ -581,9 +581,11 @@ class _Runner:
         recording.resume_turns()
         self.tally.move("queued", "running")
         recording.state = "running"
+        target = session.get("target") or self.config.runtime.url  # type: ignore[union-attr]
         return Adoption(
-            target=self.config.runtime.url,  # type: ignore[union-attr]
+            target=target,
             token=self.setup.server_token(),
+            release=self.setup.release(target),
             session_id=session["session_id"],
             resume_token=session["resume_token"],
             prompt=session.get("prompt"),

@@ -83,6 +83,8 @@ async def reconcile(out: str | os.PathLike[str], *, final: bool = True) -> dict[
         "processes": [],
     }
     errors: list[str] = []
+    if not final:  # the caller goes on: what is labelled may still be in use
+        return {"batch_id": batch_id, "removed": removed, "errors": errors}
     if runners.running:
         errors.append(
             f"{', '.join(runners.running)} still running this batch: its containers, "

@@ -79,6 +79,7 @@ class Recording:
             manifest = run.client.manifest
             if manifest is not None and manifest.resume_token:
                 self.session = {
+                    "target": run.client.url,
                     "session_id": manifest.session_id,
                     "resume_token": manifest.resume_token,
                     "prompt": run.prompt,

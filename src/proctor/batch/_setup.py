@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from ._config import (
     BatchConfig,
     CommandAgentEntry,
     ConfigProblem,
+    ContainerRuntimeConfig,
     PythonAgentEntry,
     ToolAgentEntry,
     UrlRuntimeConfig,
@@ -90,8 +92,19 @@ class Setup:
 
     @property
     def adoptable(self) -> bool:
-        """Whether an in-flight rollout's substrate outlives the runner (served elsewhere)."""
-        return isinstance(self.config.runtime, UrlRuntimeConfig)
+        """Whether an in-flight rollout's substrate outlives the runner and can be found
+        again: served elsewhere, or a container reached through its Unix socket."""
+        rt = self.config.runtime
+        if isinstance(rt, ContainerRuntimeConfig):
+            return rt.network == "none"
+        return isinstance(rt, UrlRuntimeConfig)
+
+    def release(self, target: str) -> Callable[[], Awaitable[None]] | None:
+        """What stops an adopted rollout's substrate (its container), if anything must."""
+        if not isinstance(self.config.runtime, ContainerRuntimeConfig):
+            return None
+        runtime: Any = self.runtime
+        return functools.partial(runtime.release, target)
 
     def server_token(self) -> str | None:
         """The token of a server served elsewhere (from its variable), if any."""

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -98,6 +98,8 @@ class Adoption:
     resume_token: str = field(repr=False)
     prompt: Any = None
     start_result: dict[str, Any] = field(default_factory=dict)
+    release: Callable[[], Awaitable[None]] | None = None
+    """Stops the adopted substrate at teardown (e.g. its container), if anything must."""
 
 
 async def execute(
@@ -208,6 +210,8 @@ async def _provision(
 
 
 async def _adopt(run: Run, adopt: Adoption, limits: Timeouts, stack: AsyncExitStack) -> None:
+    if adopt.release is not None:
+        stack.push_async_callback(adopt.release)
     run.phase = "connecting"
     async with _scope(limits.connect, run):
         run.client = await stack.enter_async_context(

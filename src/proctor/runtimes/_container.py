@@ -276,6 +276,24 @@ class ContainerRuntime(Runtime):
                 shutil.rmtree(folder, ignore_errors=True)
         return ids
 
+    async def release(self, url: str) -> None:
+        """Remove the container serving `url` and its socket folder: a rollout a resumed
+        runner adopted after the runner that started its container died.
+
+        Raises:
+            ValueError: `url` is not a Unix socket of one of this batch's containers.
+            RuntimeLaunchError: the engine failed.
+        """
+        folder = Path(url.removeprefix("unix://")).parent
+        prefix = f"proctor-{self.batch}-"
+        rollout = folder.name.removeprefix(prefix)
+        if not folder.name.startswith(prefix) or not re.fullmatch("[0-9a-f]{16}", rollout):
+            raise ValueError(f"{url} is not served by a container of batch {self.batch!r}")
+        try:
+            await self._remove(f"proctor-{rollout}", self.stop_timeout)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def _now(self) -> list[str]:
         """`rm -f` options that kill without a grace period."""
         return ["-t", "0"] if self.engine_name == "podman" else []
