@@ -98,7 +98,7 @@ def subproc(p: dict[str, Any]) -> dict[str, Any]:
             t0 = time.perf_counter()
             async with runtime(answer42(i=k)) as endpoint:
                 t1 = time.perf_counter()
-                async with connect(endpoint.target, ready_timeout=READY):
+                async with connect(endpoint.target, token=endpoint.token, ready_timeout=READY):
                     t2 = time.perf_counter()
             if k >= discard:
                 to_port.append(t1 - t0)
@@ -150,7 +150,7 @@ def warmpool(p: dict[str, Any]) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 async with runtime(answer42(i=k)) as endpoint:
                     t1 = time.perf_counter()
-                    async with connect(endpoint.target, ready_timeout=READY):
+                    async with connect(endpoint.target, token=endpoint.token, ready_timeout=READY):
                         t2 = time.perf_counter()
                 (first if k < discard else to_port).append(t1 - t0)
                 if k >= discard:
