@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from exec_env import BROKEN, LEAK, ROWS, SHUTDOWN_BOOM, config, workspace, write_config
 
+from _support.signals import default_sigint
 from _support.waiting import until, wait_until
 from proctor import LocalRuntime, Task
 from proctor._errors import RemoteError, RuntimeLaunchError, StoreError
@@ -626,6 +627,7 @@ def test_an_interrupted_cli_batch_resumes_what_is_left(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,  # a SIGINT-ignoring shell must not make it deaf
     )
     try:
         assert wait_until(lambda: (tmp_path / "started-add-1-2").exists(), within=30)

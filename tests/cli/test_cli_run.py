@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import LETTERS, REPO, SOLVER, Served, assert_user_error, proctor, write
+
+from _support.signals import default_sigint
 
 TASKS = LETTERS / "tasks.py"
 
@@ -281,6 +284,7 @@ def test_signals_stop_every_child(tmp_path: Path, sig: signal.Signals) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        preexec_fn=default_sigint,  # a SIGINT-ignoring shell must not make it deaf
     )
     try:
         # Signal mid-agent, with every child serving. (A signal during a child's startup
@@ -296,10 +300,14 @@ def test_signals_stop_every_child(tmp_path: Path, sig: signal.Signals) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+        left = _processes_mentioning(str(source))
+        for pid in left:  # a CLI killed above leaves its children: never leave them running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert left == []
     assert proc.returncode == (143 if sig == signal.SIGTERM else 130)
     assert err.endswith("error: terminated\n" if sig == signal.SIGTERM else "error: interrupted\n")
     assert "0/3 done 0 failed 3 interrupted" in err  # recorded as interrupted, not lost
-    assert _processes_mentioning(str(source)) == []
 
 
 def test_progress_bar_on_a_terminal() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from _support.echo_env import SOURCE, make_echo_env
+from _support.signals import default_sigint
 from proctor import Task, Taskset
 from proctor.agents import Run, ScriptedAgent, agent_from_fn
 from proctor.engine import Job, run_taskset
@@ -270,6 +271,7 @@ def test_ctrl_c_exits_promptly_and_leaves_no_child(source: Path, tmp_path: Path)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,  # a SIGINT-ignoring shell must not make it deaf
     )
     watchdog = threading.Timer(30, proc.kill)  # a stuck script must not hang the suite
     watchdog.start()
