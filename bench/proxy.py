@@ -7,7 +7,7 @@ through verifiers' (a peer), all in one run.
 Processes on this machine: the fake model server (`python -m
 proctor.testing.fake_model`), each proxy in its own process (`bench/_proxy_server.py`;
 `bench/_verifiers_proxy.py` under `--verifiers-python`, a venv with verifiers==0.4.0 that
-`make peers` makes; skipped with a note when absent), one session per rollout recording
+`make bench` makes; skipped with a note when absent), one session per rollout recording
 every turn, and this load generator (proctor's own lean HTTP client, keep-alive). Each
 rollout makes `--turns` sequential chat completions with a growing history (the reply and
 a new user message appended each turn). At each concurrency every mode runs back to
@@ -114,7 +114,7 @@ def verifiers_python(given: str | None) -> tuple[str | None, str]:
     python = given or os.environ.get("PROCTOR_VERIFIERS_PYTHON")
     python = python or str(BENCH.parent / ".venv-verifiers" / "bin" / "python")
     if not Path(python).exists():
-        return None, f"{python} does not exist (`make peers` makes it)"
+        return None, f"{python} does not exist (`make bench` installs verifiers there)"
     probe = subprocess.run([python, "-c", "import verifiers.v1.interception.server"],
                            capture_output=True, text=True)  # fmt: skip
     if probe.returncode != 0:
@@ -232,7 +232,7 @@ def main() -> None:
     print(f"{args.turns} turns/rollout, growing history, client loop={args.loop}, "
           f"{os.cpu_count()} cores")  # fmt: skip
     print(baseline_line(base) + f"; load average at the end {load:.2f}")
-    peer = f"verifiers {versions['verifiers']}" if "verifiers" in versions else f"n/a ({why})"
+    peer = f"verifiers {versions['verifiers']}" if "verifiers" in versions else f"skipped: {why}"
     print(f"proxies: proctor ({versions['proctor']}, loop={args.loop}); verifiers: {peer}"
           + (" (loop=asyncio, as it ships)" if "verifiers" in versions else "") + "\n")  # fmt: skip
     print("\n".join(table(rows)))
@@ -240,7 +240,7 @@ def main() -> None:
     print("\n".join(verdicts(rows)))
     print(
         "\nx direct: req/s over the direct row of the same level; +p50: p50 minus direct's. "
-        "Both proxies run in one process each, with the same sessions and load."
+        "Each proxy runs in a process of its own, with the same sessions and load."
     )
 
 

@@ -66,7 +66,7 @@ IMPORTS: dict[str, tuple[str, str | None]] = {
         "from proctor import Environment, LocalRuntime, Taskset, connect, rollout",
         "from hud import Environment, LocalRuntime, Taskset, connect\nfrom hud.eval import rollout",
     ),
-    "bare": ("pass", "pass"),
+    "bare": ("pass", "pass"),  # the probe itself: `python -c pass` plus json, time and /proc
     # what any fresh python child pays before proctor loads (the notes on row 2c)
     "asyncio": ("import asyncio", None),
 }
@@ -600,9 +600,9 @@ def _notes(
         why_cold = (
             (" 2c misses its <= 50 ms because" if missed else " For scale on 2c's <= 50 ms:")
             + f" a fresh python that only imports asyncio and exits takes {aio['wall_ms']:.0f}"
-            f" ms wall here (`python -c pass`: {bare['wall_ms']:.0f} ms), before proctor or "
-            "the environment loads. The warm pool forks a loaded zygote instead: row 2wc, "
-            "budget <= 10 ms."
+            f" ms wall here (the same probe importing nothing: {bare['wall_ms']:.0f} ms), "
+            "before proctor or the environment loads. The warm pool forks a loaded zygote "
+            "instead: row 2wc, budget <= 10 ms."
         )
     pool = p.get("sections", {}).get("warmpool") or {}
     pool_extra = ""
@@ -664,8 +664,9 @@ def _notes(
         bare, imp = res.get("imports", {}).get("bare"), res.get("imports", {}).get("import")
         if bare and imp and "error" not in bare and "error" not in imp:
             paragraphs.append(
-                f"{side}: a bare interpreter (python -c pass) takes {bare['wall_ms']:.0f} ms wall "
-                f"and {bare['rss_mib']:.1f} MiB RSS; `import` leaves {imp['modules']} modules."
+                f"{side}: the import probe importing nothing takes {bare['wall_ms']:.0f} ms wall "
+                f"and {bare['rss_mib']:.1f} MiB RSS (it loads json and time; `python -c pass` "
+                f"alone is the header's baseline); `import` leaves {imp['modules']} modules."
             )
     if pyc_note:
         paragraphs.append(pyc_note)

@@ -492,20 +492,20 @@ def rate(value: float) -> str:
 
 def render(results: dict[str, dict[str, Any]]) -> str:
     head = (
-        "| substrate | start-to-ready p50 / p90 ms | x pass | rollouts/s @8 | @32 | @8 x pass "
-        "| peak RSS / substrate MiB | PSS MiB | fixed RSS MiB | budget | verdict |"
+        "| substrate | load | start-to-ready p50 / p90 ms | x pass | rollouts/s @8 | @32 "
+        "| @8 x pass | peak RSS / substrate MiB | PSS MiB | fixed RSS MiB | budget | verdict |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     base = results.get("pass")
     for name, r in results.items():
-        spec = ROWS[name]
+        spec, load = ROWS[name], f"{r['load']:.1f}" if "load" in r else "-"
         if "skipped" in r or "error" in r:
             why = r.get("skipped") or f"failed: {r['error']}"
-            lines.append(f"| {spec.label} | {why} | | | | | | | | {budget(spec)} | |")
+            lines.append(f"| {spec.label} | {load} | {why} | | | | | | | | {budget(spec)} | |")
             continue
         s = r["seq"]
         lines.append(
-            f"| {spec.label} | {ms(s['ready_p50_ms'])} / {ms(s['ready_p90_ms'])} "
+            f"| {spec.label} | {load} | {ms(s['ready_p50_ms'])} / {ms(s['ready_p90_ms'])} "
             f"| {times(s['ready_p50_ms'], base, ('seq', 'ready_p50_ms'))} "
             f"| {rate(r['at8']['per_s'])} | {rate(r['at32']['per_s'])} "
             f"| {times(r['at8']['per_s'], base, ('at8', 'per_s'))} "
@@ -513,6 +513,16 @@ def render(results: dict[str, dict[str, Any]]) -> str:
             f"| {mib(s['fixed_hwm_kb'])} | {budget(spec)} | {verdict(spec, r)} |"
         )
     return "\n".join(lines)
+
+
+def one_row(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Row `name`'s figures, with the load average when it started."""
+    load = os.getloadavg()[0]
+    if name == "hud":
+        result = hud_row(args.peers_python, args.quick, tmp, args.timeout)
+    else:
+        result = spawn_row(name, args.quick, tmp, args.timeout)
+    return {"load": load, **result}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -538,12 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown rows {sorted(unknown)}; rows are {', '.join(ROWS)}")
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="proctor-substrates-") as tmp:
-        results = {
-            name: hud_row(args.peers_python, args.quick, Path(tmp), args.timeout)
-            if name == "hud"
-            else spawn_row(name, args.quick, Path(tmp), args.timeout)
-            for name in names
-        }
+        results = {name: one_row(name, args, Path(tmp)) for name in names}
     load1 = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
@@ -555,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("Start-to-ready: entering the provider to an answered hello (HUD: entering its "
           "runtime(task) to `hud.connect` answered). Rates: run_taskset (HUD: Taskset.run) "
-          "wall clock, one substrate per rollout. x pass: the figure over the `python -c "
+          "wall clock, one substrate per rollout. load: the 1-minute load average as the row "
+          "started. x pass: the figure over the `python -c "
           "pass` row's, measured in this run (below 1x is faster to ready, above 1x more "
           "rollouts/s).")  # fmt: skip
     return 0
