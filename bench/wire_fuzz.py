@@ -258,7 +258,8 @@ def check(reply: bytes, ids: list[Any], tally: Tally, where: str) -> None:
         assert msg["id"] is None or any(msg["id"] == i for i in ids), f"id {msg['id']!r:.40}"
         if "error" in msg:
             err = msg["error"]
-            assert set(err) == {"code", "message"} and err["code"] in CODES, f"error {err}"
+            assert set(err) in ({"code", "message"}, {"code", "message", "data"}), f"error {err}"
+            assert err["code"] in CODES, f"error {err}"
             assert isinstance(err["message"], str), "message"
     except (AssertionError, ValueError) as exc:
         tally.problem(f"{where}: {exc}: {reply[:160]!r}")

@@ -6,6 +6,7 @@ for runtimes that load it by path) lives in `_support`; no test imports a confte
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
     import openai
 
 Replies = list[Reply | str]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _runs_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`proctor run` records by default under ./proctor-runs: tests record elsewhere."""
+    os.environ["PROCTOR_RUNS_DIR"] = str(tmp_path_factory.mktemp("proctor-runs"))
 
 
 @pytest.fixture

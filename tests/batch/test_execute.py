@@ -353,7 +353,9 @@ def test_an_agent_exception_fails_in_the_agent_phase_with_no_reward(tmp_path: Pa
     assert result.exit_code == 1 and result.evaluation_failed == 0
     rec = record(out, "add-1-2--boom--r1")
     assert rec["status"] == "failed" and rec["reward"] is None
-    assert rec["error"] == {"phase": "agent", "type": "RuntimeError", "message": "agent boom"}
+    error = dict(rec["error"])
+    assert "agents.py" in error.pop("traceback")  # where it was raised
+    assert error == {"phase": "agent", "type": "RuntimeError", "message": "agent boom"}
     assert rec["result"]["evaluation"] is None
 
 

@@ -101,7 +101,8 @@ def check_reply(line: bytes, sent_ids: list[Any]) -> None:
     assert msg["id"] is None or msg["id"] in sent_ids or msg["id"] == "end", msg
     if "error" in msg:
         err = msg["error"]
-        assert set(err) == {"code", "message"} and err["code"] in CODES, msg
+        assert set(err) in ({"code", "message"}, {"code", "message", "data"}), msg
+        assert err["code"] in CODES, msg
         assert isinstance(err["message"], str)
 
 

@@ -148,7 +148,10 @@ async def test_a_task_raising_in_start_is_a_task_error(raw) -> None:
     await conn.send(
         {"jsonrpc": "2.0", "id": 1, "method": "tasks.start", "params": {"id": "broken_start"}}
     )
-    assert await conn.line() == error(1, -32000, "broken_start: RuntimeError: cannot set up")
+    reply = json.loads(await conn.line())
+    trace = reply["error"].pop("data")["traceback"]  # the task's own traceback (docs/wire.md)
+    assert frame(reply) == error(1, -32000, "broken_start: RuntimeError: cannot set up")
+    assert trace.endswith('raise RuntimeError("cannot set up")\nRuntimeError: cannot set up\n')
     # the session goes on
     assert await conn.result("tasks.start", {"id": "greet"}) == {"prompt": "hello world"}
 
@@ -168,7 +171,15 @@ async def grade(conn, kind: str) -> bytes:
         ("float", {"score": 0.25}),
         ("bool", {"score": 1.0}),
         ("dict", {"score": 1.0, "info": {"n": 2}, "done": True}),
-        ("none", {"score": 0.0}),
+        (  # a template that never yields its reward scores 0, and says so
+            "none",
+            {
+                "score": 0.0,
+                "info": {
+                    "proctor_warnings": ["the template ended without a second yield; scored 0"]
+                },
+            },
+        ),
         (
             "eval",
             {
@@ -203,7 +214,10 @@ async def test_grade_shapes(raw, kind: str, expected: dict[str, Any]) -> None:
 )
 async def test_bad_scores_and_raising_tasks_are_task_errors(raw, kind: str, message: str) -> None:
     conn = await raw()
-    assert await grade(conn, kind) == error(9, -32000, message)
+    reply = json.loads(await grade(conn, kind))
+    data = reply["error"].pop("data", None)
+    assert frame(reply) == error(9, -32000, message)
+    assert (data is not None) == (kind == "raise")  # only a raising task has a traceback
     assert await conn.result("tasks.list") is not None  # the session goes on
 
 

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
@@ -401,8 +402,13 @@ class LimitsConfig(_Model):
 # -- the config -------------------------------------------------------------------------
 
 
-class Assignment(_Model):
-    """One rollout of the batch: a task, an agent entry and a repeat."""
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One rollout of the batch: a task, an agent entry and a repeat.
+
+    A slotted dataclass, not a pydantic model: a 100,000-rollout plan holds 100,000
+    of them (about 100 bytes each instead of 1 KB).
+    """
 
     rollout_id: str
     task: str

@@ -33,7 +33,7 @@ from . import _files
 from ._config import Assignment, BatchConfig, RayExecutorConfig, _clean
 from ._config_load import load_config
 from ._plan import Plan, aplan
-from ._read import list_rollouts
+from ._read import list_rollouts, recorded_cost
 from ._recording import Recording
 from ._setup import Setup, redactor, secret_values
 from ._store import BatchStore, Durability, read_batch
@@ -151,6 +151,7 @@ async def aexecute(
     options = {"allow_partial": allow_partial, "skip_model_check": skip_model_check}
     enabled = [a for a in plan.assignments if a.enabled]
     store = _create(out, _meta(config, plan, setup, options), config, enabled)
+    del plan  # its assignment table is the size of the batch; `enabled` is all we keep
     work: list[_Work] = [(a, 1, None) for a in enabled]
     return await _Runner(store, setup, "execute").run(work, len(enabled), view)
 
@@ -339,7 +340,7 @@ def _all_rows(out: str) -> Iterator[dict[str, Any]]:
 
 def _spent(out: str) -> float:
     """USD recorded so far, earlier attempts (moved aside by a retry) included."""
-    spent = sum(row["cost"] or 0.0 for row in _all_rows(out))
+    spent = recorded_cost(out)
     for path in Path(out, "rollouts").glob("*/attempts/*/rollout.json"):
         with contextlib.suppress(OSError, orjson.JSONDecodeError):
             spent += orjson.loads(path.read_bytes()).get("cost") or 0.0

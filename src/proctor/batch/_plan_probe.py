@@ -84,9 +84,10 @@ def _row_problem(env: Any, row: dict[str, Any]) -> str | None:
 def _agent_problem(spec: str) -> str | None:
     """Why `spec` is no agent, as `proctor run --agent` would refuse it; None if it is."""
     from .._loader import load_agent
+    from ..agents import agent_from_fn
 
     try:
-        load_agent(spec, spec.rpartition(":")[0])
+        load_agent(spec, spec.rpartition(":")[0], wrap=agent_from_fn)
     except Exception as exc:
         return _message(exc)
     return None

@@ -139,6 +139,15 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
+def recorded_cost(path: str | os.PathLike[str]) -> float:
+    """USD the index records over every rollout's current attempt (one SQL sum)."""
+    db = _connect(path)
+    try:
+        return float(db.execute("SELECT COALESCE(SUM(cost), 0) FROM rollouts").fetchone()[0])
+    finally:
+        db.close()
+
+
 def _connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     file = os.path.join(os.fspath(path), "index.sqlite")
     if not os.path.exists(file):

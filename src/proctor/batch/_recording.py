@@ -86,7 +86,9 @@ class Recording:
                     "start_result": run.start_result,
                 }
                 self.rec.save_private("session.json", self.session)
-        self.rec.update(prompt=run.prompt)
+        # Kept for the record's one write at the end: a record rewritten here would
+        # cost a rename over an existing file per rollout (the slowest write there is).
+        self.rec.record["prompt"] = run.prompt
 
     def resume_turns(self) -> None:
         """Count the model turns recorded before this runner took over (a continued
@@ -158,6 +160,14 @@ def _sum(items: Iterable[tuple[dict[str, Any], Any]]) -> tuple[dict[str, int], f
     return total, cost
 
 
+def _error(error: Any) -> dict[str, Any]:
+    found = {"phase": error.phase, "type": error.type, "message": error.message}
+    traceback = getattr(error, "traceback", None)
+    if traceback:
+        found["traceback"] = traceback
+    return found
+
+
 def _harness_output(run: Run) -> str:
     """What a harness (`CommandAgent`) wrote on stderr, as its trace kept it."""
     return "".join(
@@ -178,14 +188,10 @@ def _outcome(run: Run) -> dict[str, Any]:
     return {
         "phase": "done" if run.status == "completed" else run.phase,
         "reward": run.reward,
-        "error": None
-        if error is None
-        else {"phase": error.phase, "type": error.type, "message": error.message},
+        "error": None if error is None else _error(error),
         "stop_reason": run.stop_reason,
         "launch_attempts": run.launch_attempts,
-        "launch_errors": [
-            {"phase": e.phase, "type": e.type, "message": e.message} for e in run.launch_errors
-        ],
+        "launch_errors": [_error(e) for e in run.launch_errors],
         "answer": run.answer,
         "result": {
             "grade": None

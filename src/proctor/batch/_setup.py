@@ -149,10 +149,12 @@ def _agent(config: BatchConfig, entry: Any) -> Any:
         )
     assert isinstance(entry, PythonAgentEntry)
     from .._loader import load_agent
+    from ..agents import agent_from_fn
 
     source = config.resolve(config.taskset.source)
-    try:
-        return load_agent(config.resolve_agent(entry.agent), source, config.env_source())
+    spec = config.resolve_agent(entry.agent)
+    try:  # a plain function of the prompt is wrapped, as `proctor run --agent` does
+        return load_agent(spec, source, config.env_source(), wrap=agent_from_fn)
     except Exception as exc:
         raise _problem("agents", f"{entry.agent}: {exc}") from exc
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -12,6 +13,8 @@ from ..records._records import Grade
 from ._template import Template
 
 __all__ = ["TaskRunner"]
+
+log = logging.getLogger("proctor.env")
 
 
 class TaskRunner:
@@ -78,7 +81,9 @@ class TaskRunner:
         try:
             second = await gen.asend(self.template.parse_answer(payload.get("answer")))
         except StopAsyncIteration:
-            return {"score": 0.0}
+            return _warned(
+                {"score": 0.0}, self.task_id, "the template ended without a second yield; scored 0"
+            )
         except Exception as exc:
             await _close(gen, self.task_id)  # e.g. parse_answer raised: teardown still runs
             raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
@@ -103,6 +108,9 @@ class TaskRunner:
         if isinstance(value, dict) and "score" in value:
             out = dict(value)
             out["score"] = self._finite(value["score"])
+            extra = sorted(set(out) - _GRADE_KEYS)
+            if extra:
+                return _warned(out, self.task_id, f"reward dict has unknown keys {extra}; ignored")
             return out
         raise TaskError(
             f"{self.task_id}: second yield must be a number, a Grade "
@@ -116,6 +124,17 @@ class TaskRunner:
                 if math.isfinite(f):
                     return f
         raise TaskError(f"{self.task_id}: score must be a finite number; got {score!r:.80}")
+
+
+_GRADE_KEYS = frozenset({"score", "subscores", "info", "content", "done", "isError"})
+
+
+def _warned(result: dict[str, Any], task_id: str, warning: str) -> dict[str, Any]:
+    """`result` with `warning` in `info.proctor_warnings` (the run's record keeps it), logged."""
+    log.warning("%s: %s", task_id, warning)
+    info = dict(result.get("info") or {})
+    info["proctor_warnings"] = [*info.get("proctor_warnings", ()), warning]
+    return {**result, "info": info}
 
 
 def _bindings_ok(bindings: Any) -> bool:
