@@ -64,13 +64,33 @@ def load_module(path: str | Path) -> ModuleType:
     return module
 
 
+def task_modules(folder: Path) -> list[Path]:
+    """A folder source's task files: `tasks.py`, then `tasks_*.py` in name order.
+
+    The one rule for folders (`Taskset.from_file` uses it too): no other module in the
+    folder is imported unless one of these imports it.
+    """
+    files = sorted(folder.glob("tasks_*.py"))
+    if (folder / "tasks.py").is_file():
+        files.insert(0, folder / "tasks.py")
+    return files
+
+
 def source_modules(source: str | Path) -> list[ModuleType]:
-    """The modules a source names: one file, a package, or every `.py` in a folder."""
+    """The modules a source names: one file, a package, or a folder's task files
+    (`task_modules`) and its `env.py`, never its other modules.
+
+    Raises:
+        SourceError: a folder with none of those files.
+    """
     path = Path(source)
     if path.is_dir() and not (path / "__init__.py").exists():
-        files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+        files = task_modules(path) + [p for p in (path / "env.py",) if p.is_file()]
         if not files:
-            raise SourceError(f"{source}: no Python files in this directory")
+            raise SourceError(
+                f"{source}: a folder source needs tasks.py, tasks_*.py or env.py "
+                "(no other module in it is imported; name a file to load it)"
+            )
         return [load_module(p) for p in files]
     return [load_module(path)]
 

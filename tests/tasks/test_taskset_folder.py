@@ -109,3 +109,37 @@ def test_rows_read_back_are_equal(tmp_path: Path, suffix: str) -> None:
     original.to_file(path)
     assert Taskset.from_file(path, name="suite") == original
     assert Taskset.from_file(path).name == "other"  # the file does not keep the name
+
+
+def test_the_cli_on_a_folder_never_runs_its_other_modules(tmp_path: Path) -> None:
+    """Finding the environment and the agent follows the folder rule too."""
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    (folder / "env.py").write_text(
+        textwrap.dedent(
+            """
+            from proctor import Environment
+
+            env = Environment("folder-env")
+
+            @env.template
+            async def echo(text: str):
+                answer = yield text
+                yield 1.0 if answer == text else 0.0
+            """
+        )
+    )
+    (folder / "tasks.py").write_text(
+        "from proctor import agent_from_fn\nfrom env import echo\n"
+        "tasks = [echo(text='hi')]\nagent = agent_from_fn(lambda prompt: prompt)\n"
+    )
+    marker = tmp_path / "ran"
+    (folder / "script.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "proctor.cli", "run", str(folder), "--no-record"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "1.000" in proc.stdout
+    assert not marker.exists(), "script.py was imported"
+    assert f"tasks: 1 rows from tasks.py in {folder}" in proc.stderr

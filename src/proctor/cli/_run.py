@@ -79,6 +79,9 @@ def _plan(args: argparse.Namespace) -> _Plan:
     taskset = Taskset.from_file(source)
     if not len(taskset):
         raise CLIError(f"{source}: the taskset has no rows")
+    if Path(source).is_dir():  # a folder is read through some of its files: say which
+        files = ", ".join(p.name for p in Taskset.source_files(source))
+        print(f"tasks: {len(taskset)} rows from {files} in {source}", file=sys.stderr)
     row_envs = sorted({task.env for task in taskset})
     if env_name is None and len(row_envs) == 1 and not _remote(runtime):
         env_name = row_envs[0]  # picks the rows' environment when the source has several

@@ -17,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from .._errors import SourceError, TasksetError
-from .._loader import load_module
+from .._loader import load_module, task_modules
 from ..records._task import Task
 
 if TYPE_CHECKING:
@@ -412,9 +412,7 @@ def _is_package(path: Path) -> bool:
 def _folder_files(path: Path) -> list[Path]:
     if _is_package(path):
         return [path / "__init__.py"]
-    python = sorted(path.glob("tasks_*.py"))
-    if (path / "tasks.py").is_file():
-        python.insert(0, path / "tasks.py")
+    python = task_modules(path)
     if python:
         return python
     data = [p for p in (path / "tasks.json", path / "tasks.jsonl") if p.is_file()]
