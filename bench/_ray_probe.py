@@ -17,7 +17,7 @@ this machine, and drives the trivial `bench/envs/proctor_env.py` with a trivial 
 - peak RSS of an environment actor's process.
 
 Both nodes share this machine's cores, so the figures are overhead, not scale-out.
-Progress goes to stderr, a table to stdout.
+Progress goes to stderr, a table to stdout, headed by the load average before and after.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -182,6 +183,7 @@ def main() -> int:
         loopback_up()
         args.inside.write_text(json.dumps(asyncio.run(probe(sizes, args.inside.parent))))
         return 0
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp, "figures.json")
         argv = [sys.executable, __file__, "--inside", str(raw), *(["--quick"] * args.quick)]
@@ -189,6 +191,9 @@ def main() -> int:
         data = json.loads(raw.read_text())
     if args.json:
         args.json.write_text(json.dumps(data, indent=1))
+    command = shlex.join(getattr(sys, "orig_argv", sys.argv))
+    print(f"{command} on {os.cpu_count()} cores, load average {load0:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after\n")  # fmt: skip
     print(table(data))
     return 0
 
