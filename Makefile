@@ -82,4 +82,4 @@ bench: $(STAMP) peers $(VERIFIERS)/.installed
 	$(BIN)/python bench/substrates.py --peers-python $(PEERS)/bin/python
 
 clean:
-	rm -rf $(VENV) $(PEERS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) .venv-verifiers .pytest_cache .mypy_cache .ruff_cache

@@ -78,12 +78,33 @@ async def test_harness_behind_the_proxy_with_a_turn_budget(tmp_path: Path) -> No
         assert {r.model for r in fake.requests} == {"served-model"}  # pinned by --model
     summary = json.loads(out)
     assert summary["runs"] == 2 and summary["errors"] == 0
+    # The summary says the budget stopped them and what they used.
+    assert summary["stop_reasons"] == {"max_turns": 2}
+    assert summary["usage"]["output_tokens"] > 0
+    assert summary["agent"].startswith("CommandAgent") or "harness" in summary["agent"]
     rows = [json.loads(line) for line in out_file.read_text().splitlines()]
     for row in rows:
         assert row["stop_reason"] == "max_turns"
         assert row["usage"]["output_tokens"] > 0
         turns = [s for s in row["trace"]["steps"] if s["kind"] == "model_turn"]
         assert len(turns) == 2
+
+
+async def test_the_summary_table_shows_budget_stops_and_tokens(tmp_path: Path) -> None:
+    async with FakeModelServer() as fake:
+        code, out, err = await run_cli(
+            "run",
+            words(tmp_path),
+            "--harness",
+            f"env HARNESS_TURNS=4 {sys.executable} {HARNESS}",
+            "--model",
+            f"vllm/served-model@{fake.url}",
+            "--max-turns",
+            "2",
+        )
+    assert code == 0, err
+    assert "stopped by budget: max_turns 2" in out
+    assert "tokens" in out.splitlines()[0]
 
 
 async def test_harness_env_passes_named_variables_and_nothing_else(tmp_path: Path) -> None:
