@@ -246,8 +246,11 @@ def _runner() -> dict[str, Any]:
 
 
 def _taskset_digest(setup: Setup) -> str:
-    rows = [t.model_dump(mode="json") for t in setup.tasks.values()]
-    return hashlib.sha256(orjson.dumps(rows, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    digest = hashlib.sha256()
+    for row in setup.rows.values():
+        digest.update(row)
+        digest.update(b"\n")
+    return digest.hexdigest()
 
 
 # -- resume -----------------------------------------------------------------------------
@@ -516,7 +519,7 @@ class _Runner:
 
     async def _on_ray(self, executor: Any, agent: str, items: list[_Work]) -> None:
         setup = self.setup
-        pairs = [(setup.tasks[a.task], f"{a.task}--{a.agent}") for a, _, _ in items]
+        pairs = [(setup.task(a.task), f"{a.task}--{a.agent}") for a, _, _ in items]
 
         def finished(i: int, run: Any) -> None:
             a, attempt, _ = items[i]
@@ -545,7 +548,7 @@ class _Runner:
         setup = self.setup
         rec = self.store.begin(a, attempt=attempt)
         run = Run(
-            setup.tasks[a.task],
+            setup.task(a.task),
             job_id=setup.batch_id,
             group_id=f"{a.task}--{a.agent}",
             trace_id=f"{a.rollout_id}.{attempt}",

@@ -14,6 +14,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from .._errors import BatchConfigError
 from ._config import (
     BatchConfig,
@@ -36,6 +38,7 @@ __all__ = ["Setup", "redactor", "secret_values"]
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
 _REDACTED = b"[redacted]"
+_SORTED = orjson.OPT_SORT_KEYS
 
 
 @dataclass(slots=True)
@@ -44,7 +47,9 @@ class Setup:
 
     config: BatchConfig
     batch_id: str
-    tasks: dict[str, Task]
+    rows: dict[str, bytes]
+    """Slug -> the row's canonical JSON (what a `Task` is made from when its rollout
+    starts: 150 bytes a row held instead of a 1 KB model, for 100,000-row batches)."""
     agents: dict[str, Any]
     models: dict[str, str | None]
     """Agent name -> the model string its proxy forwards to (None: no proxy)."""
@@ -75,7 +80,7 @@ class Setup:
             for model in dict.fromkeys(m for m in models.values() if m is not None)
         }
         runtime = build_runtime(config, batch=batch_id, log=os.path.join(out, "environment.log"))
-        return cls(config, batch_id, _tasks(config), agents, models, runtime, budget, proxies)
+        return cls(config, batch_id, _rows(config), agents, models, runtime, budget, proxies)
 
     async def open(self, stack: AsyncExitStack) -> None:
         """Start the runtime (if it has a lifetime, and unless Ray shards enter it
@@ -84,6 +89,12 @@ class Setup:
             await stack.enter_async_context(self.runtime)  # type: ignore[arg-type]
         for proxy in self.proxies.values():
             await stack.enter_async_context(proxy)
+
+    def task(self, slug: str) -> Task:
+        """The row `slug` as a `Task` (made afresh: rows are kept as JSON)."""
+        from ..records import Task
+
+        return Task.model_validate_json(self.rows[slug])
 
     def proxy_for(self, agent: str) -> InterceptionProxy | None:
         """The proxy the agent's model turns go through, if it names a model."""
@@ -112,6 +123,15 @@ class Setup:
         if isinstance(rt, UrlRuntimeConfig) and rt.token_env:
             return os.environ.get(rt.token_env)
         return None
+
+
+def _rows(config: BatchConfig) -> dict[str, bytes]:
+    """The taskset's rows (filtered by slug), each as its canonical JSON."""
+    # A copy of each: an orjson result keeps a 4 KB buffer for as long as it lives.
+    return {
+        slug: bytes(memoryview(orjson.dumps(task.model_dump(mode="json"), option=_SORTED)))
+        for slug, task in _tasks(config).items()
+    }
 
 
 def _tasks(config: BatchConfig) -> dict[str, Task]:
