@@ -109,8 +109,10 @@ class TaskRunner:
             out = dict(value)
             out["score"] = self._finite(value["score"])
             extra = sorted(set(out) - _GRADE_KEYS)
-            if extra:
-                return _warned(out, self.task_id, f"reward dict has unknown keys {extra}; ignored")
+            if extra:  # passed through (HUD clients read them); a proctor client warns
+                log.warning(
+                    "%s: reward dict has keys proctor does not read: %s", self.task_id, extra
+                )
             return out
         raise TaskError(
             f"{self.task_id}: second yield must be a number, a Grade "

@@ -63,10 +63,15 @@ class Grade:
             or not math.isfinite(score)
         ):
             raise ValueError(f"grade has no finite numeric score: {score!r}")
+        info = dict(data.get("info") or {})
+        extra = sorted(set(data) - _WIRE_KEYS)
+        if extra:  # a reward dict with keys a grade has no place for: say so, not silently
+            warning = f"reward dict has unknown keys {extra}; ignored"
+            info["proctor_warnings"] = [*info.get("proctor_warnings", ()), warning]
         return cls(
             float(score),
             list(data.get("subscores") or ()),
-            dict(data.get("info") or {}),
+            info,
             data.get("content"),
             bool(data.get("isError", False)),
             data.get("done"),
@@ -86,6 +91,9 @@ class Grade:
         if self.is_error:
             out["isError"] = True
         return out
+
+
+_WIRE_KEYS = frozenset({"score", "subscores", "info", "content", "done", "isError"})
 
 
 @dataclass(slots=True)
