@@ -41,13 +41,15 @@ $(VERIFIERS)/.installed:
 	touch $(VERIFIERS)/.installed
 
 # What the substrate tests run for real: bubblewrap (SandboxRuntime), podman with runc
-# (ContainerRuntime; crun fails on these hosts' cgroups). Installed as root when missing.
+# (ContainerRuntime; crun fails on these hosts' cgroups); and Debian's chromium, the
+# browser the dashboard tests drive with Playwright (no browser download). Installed as
+# root when missing.
 sysdeps:
-	@if command -v bwrap >/dev/null && command -v podman >/dev/null && [ -x /usr/sbin/runc ]; then :; \
+	@if command -v bwrap >/dev/null && command -v podman >/dev/null && [ -x /usr/sbin/runc ] && [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "make sysdeps: installing Debian packages bubblewrap podman runc (apt-get, as root)" >&2; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc >/dev/null; \
-	else echo "make sysdeps: install bubblewrap, podman and runc (as root: apt-get install -y bubblewrap podman runc)" >&2; exit 1; fi
+	  echo "make sysdeps: installing Debian packages bubblewrap podman runc chromium (apt-get, as root)" >&2; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc chromium >/dev/null; \
+	else echo "make sysdeps: install bubblewrap, podman, runc and chromium (as root: apt-get install -y bubblewrap podman runc chromium)" >&2; exit 1; fi
 
 demo: $(DEMO_STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
