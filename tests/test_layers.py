@@ -37,6 +37,7 @@ LAYERS = [
     "engine",
     "tasks",
     "batch",
+    "view",
     "cli",
     "testing",
     "<root>",

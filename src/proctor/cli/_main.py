@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(commands)
     _add_show(commands)
     add_batch_parser(commands)
+    _add_view(commands)
     return parser
 
 
@@ -369,6 +370,28 @@ def _add_show(commands: _Commands) -> None:
     show.add_argument("rollout", metavar="ROLLOUT", nargs="?", help="rollout id (or prefix)")
     _add_json(show)
     show.set_defaults(handler=_lazy("._show", "cmd_show"))
+
+
+def _add_view(commands: _Commands) -> None:
+    """`proctor view`."""
+    view = commands.add_parser(
+        "view",
+        help="serve a dashboard of batch output folders, live while they run",
+        description="Serve the batches in each OUT (an output folder, or a folder holding "
+        "some) on a local web page, print exactly 'PROCTOR_VIEW_URL=<url>' on stdout, and "
+        "serve until SIGTERM or SIGINT.",
+    )
+    view.add_argument("paths", metavar="OUT", nargs="+", help="batch output folder(s)")
+    view.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    view.add_argument("--port", type=_port, default=0, help="port to bind (default: any free)")
+    view.add_argument(
+        "--token-env",
+        metavar="VAR",
+        help="environment variable holding the access token (required off loopback); "
+        "open the page once with ?token=... to get a cookie",
+    )
+    view.add_argument("--open", action="store_true", help="open the page in a browser")
+    view.set_defaults(handler=_lazy("._view", "cmd_view"))
 
 
 def _add_model_options(run: argparse.ArgumentParser) -> None:

@@ -1,0 +1,257 @@
+"""The dashboard's routes: three pages, a JSON API, live updates over SSE, static files.
+
+Batch and rollout names in URLs are looked up (in the batches given at start, and in
+the batch's index), never joined into paths. Blocking reads run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import importlib.resources
+from collections.abc import AsyncIterator
+from http.cookies import CookieError, SimpleCookie
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+import orjson
+
+from .._http import Request, Response, format_sse
+from .._http._headers import HeaderSource, as_pairs
+from ._data import (
+    BatchDir,
+    RolloutQuery,
+    batch_summary,
+    errors_by_phase,
+    model_task,
+    query_rollouts,
+    read_log,
+    reward_bins,
+    rollout_detail,
+    signature,
+)
+from ._pages import STATUS_ORDER, render
+from ._svg import histogram
+from ._transcript import shape_rollout
+
+__all__ = ["COOKIE", "ViewApp"]
+
+COOKIE = "proctor_view"
+POLL = 0.5
+PING = 15.0
+_STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+_SECURITY = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("x-frame-options", "DENY"),
+    ("cache-control", "no-store"),
+]
+_HTML = "text/html; charset=utf-8"
+
+
+class ViewApp:
+    """Answers the dashboard's requests for `batches` (name -> directory).
+
+    Args:
+        batches: the batches served, by unique name.
+        token: when set, every request needs `?token=` or the `proctor_view` cookie.
+        hosts: the `Host` values accepted (None: any); guards loopback against DNS
+            rebinding.
+    """
+
+    def __init__(
+        self,
+        batches: dict[str, BatchDir],
+        *,
+        token: str | None = None,
+        hosts: frozenset[str] | None = None,
+    ) -> None:
+        self.batches = batches
+        self._token = token.encode() if token else None
+        self.hosts = hosts
+        self.closing = asyncio.Event()
+        root = importlib.resources.files("proctor.view") / "static"
+        self._static = {name: (root / name).read_bytes() for name in _STATIC}
+
+    # -- access ---------------------------------------------------------------------
+
+    def screen(self, request: Request) -> Response | None:
+        """Refuse a request from its head: a foreign `Host`, or a missing token."""
+        host = (request.headers.get("host") or "").lower()
+        if self.hosts is not None and host not in self.hosts:
+            return _plain(421, "unknown host", _SECURITY)
+        if self._token is None or self._query_token_ok(request):
+            return None
+        if _same(self._cookie(request), self._token):
+            return None
+        return _plain(401, "token required: open the dashboard with ?token=", _SECURITY)
+
+    def _query_token_ok(self, request: Request) -> bool:
+        return self._token is not None and _same(_params(request).get("token"), self._token)
+
+    @staticmethod
+    def _cookie(request: Request) -> str | None:
+        jar: SimpleCookie = SimpleCookie()
+        try:
+            jar.load(request.headers.get("cookie") or "")
+        except CookieError:
+            return None
+        morsel = jar.get(COOKIE)
+        return None if morsel is None else morsel.value
+
+    # -- routing --------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Response:
+        """Route `request`; sets the token cookie when the query carried the token."""
+        response = await self._route(request)
+        headers = [*_pairs(response.headers), *_SECURITY]
+        if self._token is not None and self._query_token_ok(request):
+            token = self._token.decode()
+            headers.append(("set-cookie", f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"))
+        return Response(response.status, headers, response.body)
+
+    async def _route(self, request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            return _plain(405, "method not allowed")
+        parts = [unquote(p) for p in request.path.split("/")[1:]]
+        if parts and parts[-1] == "" and len(parts) > 1:
+            parts.pop()
+        try:
+            return await self._dispatch(parts, request)
+        except ValueError as exc:
+            return Response.json({"error": str(exc)}, 400)
+
+    async def _dispatch(self, parts: list[str], request: Request) -> Response:
+        match parts:
+            case [""]:
+                return await self._page_batches()
+            case ["events"]:
+                return self._events()
+            case ["static", name] if name in self._static:
+                return Response(200, [("content-type", _STATIC[name])], self._static[name])
+            case ["api", "batches"]:
+                return Response.json(await self._summaries())
+            case ["api", "b", name, *rest] if name in self.batches:
+                return await self._api(self.batches[name], rest, request)
+            case ["b", name] if name in self.batches:
+                return await self._page_batch(self.batches[name])
+            case ["b", name, "r", rid] if name in self.batches:
+                return await self._page_rollout(self.batches[name], rid)
+            case ["api", *_]:
+                return Response.json({"error": "not found"}, 404)
+        return _not_found()
+
+    async def _api(self, batch: BatchDir, rest: list[str], request: Request) -> Response:
+        match rest:
+            case []:
+                return Response.json(await asyncio.to_thread(_batch_data, batch))
+            case ["rollouts"]:
+                query = RolloutQuery.parse(_params(request))
+                return Response.json(await asyncio.to_thread(query_rollouts, batch, query))
+            case ["r", rid]:
+                detail = await asyncio.to_thread(rollout_detail, batch, rid)
+                if detail is not None:
+                    return Response.json(detail, headers=None)
+        return Response.json({"error": "not found"}, 404)
+
+    # -- pages ----------------------------------------------------------------------
+
+    async def _summaries(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(lambda: [batch_summary(b) for b in self.batches.values()])
+
+    async def _page_batches(self) -> Response:
+        html = render("batches.html", batches=await self._summaries(), order=STATUS_ORDER)
+        return Response.text(html, content_type=_HTML)
+
+    async def _page_batch(self, batch: BatchDir) -> Response:
+        data = await asyncio.to_thread(_batch_data, batch)
+        hist = data["reward_hist"]
+        html = render(
+            "batch.html",
+            b=data,
+            hist=histogram(hist["counts"], hist["lo"], hist["hi"]),
+            matrix=_matrix(data["model_task"]),
+            order=STATUS_ORDER,
+        )
+        return Response.text(html, content_type=_HTML)
+
+    async def _page_rollout(self, batch: BatchDir, rid: str) -> Response:
+        detail = await asyncio.to_thread(rollout_detail, batch, rid)
+        if detail is None:
+            return _not_found()
+        log, cut = await asyncio.to_thread(read_log, batch, rid)
+        html = render(
+            "rollout.html", batch=batch.name, rid=rid, r=shape_rollout(detail), log=log, cut=cut
+        )
+        return Response.text(html, content_type=_HTML)
+
+    # -- live -----------------------------------------------------------------------
+
+    def _events(self) -> Response:
+        headers = [("content-type", "text/event-stream; charset=utf-8")]
+        return Response(200, headers, self._stream())
+
+    async def _stream(self) -> AsyncIterator[bytes]:
+        """A `batches` event now and whenever a batch's files change; a ping when quiet."""
+        seen: dict[str, tuple[int, ...]] = {}
+        quiet = 0.0
+        yield b"retry: 2000\n\n"
+        while not self.closing.is_set():
+            now = {name: signature(b) for name, b in self.batches.items()}
+            if now != seen:
+                seen = now
+                quiet = 0.0
+                yield format_sse(orjson.dumps(await self._summaries()), event="batches")
+            elif quiet >= PING:
+                quiet = 0.0
+                yield b": ping\n\n"
+            await _wait(self.closing, POLL)
+            quiet += POLL
+
+
+def _batch_data(batch: BatchDir) -> dict[str, Any]:
+    return {
+        **batch_summary(batch),
+        "errors_by_phase": errors_by_phase(batch),
+        "model_task": model_task(batch),
+        "reward_hist": reward_bins(batch),
+    }
+
+
+def _matrix(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows by model, columns by task, for the model x task table."""
+    models = list(dict.fromkeys(str(c["model"] or "-") for c in cells))
+    tasks = list(dict.fromkeys(str(c["task"] or "-") for c in cells))
+    grid = {(str(c["model"] or "-"), str(c["task"] or "-")): c for c in cells}
+    return {"models": models, "tasks": sorted(tasks), "grid": grid}
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+
+
+def _params(request: Request) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
+
+
+def _same(given: str | None, token: bytes) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), token)
+
+
+def _pairs(headers: HeaderSource) -> list[tuple[str, str]]:
+    return list(as_pairs(headers))
+
+
+def _plain(status: int, text: str, headers: HeaderSource = ()) -> Response:
+    return Response.text(text, status, headers=headers)
+
+
+def _not_found() -> Response:
+    return Response.text(render("404.html"), 404, content_type=_HTML)

@@ -1,0 +1,268 @@
+"""What the dashboard shows, read from batch output directories while runners write.
+
+Lists, counts and aggregates are SQL over the read-only index (one page at a time,
+never a whole batch in memory); one rollout's files come from `read_rollout`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..batch import _index, count_rollouts, read_batch, read_rollout
+from ..batch._store import StoreError
+
+__all__ = [
+    "LOG_LIMIT",
+    "PAGE_LIMIT",
+    "BatchDir",
+    "RolloutQuery",
+    "batch_summary",
+    "discover",
+    "errors_by_phase",
+    "model_task",
+    "query_rollouts",
+    "read_log",
+    "reward_bins",
+    "rollout_detail",
+    "signature",
+]
+
+LOG_LIMIT = 1024 * 1024
+PAGE_LIMIT = 500
+_TEXT_FILTERS = ("status", "task", "model", "error_phase")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDir:
+    """A batch output directory and the unique name the dashboard calls it by."""
+
+    name: str
+    path: str
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> dict[str, BatchDir]:
+    """Batches named by folder: each path is an output dir, or a folder holding some.
+
+    A name seen before gets `-2`, `-3`, ...
+
+    Raises:
+        FileNotFoundError: a path is neither a batch nor a folder.
+    """
+    found: dict[str, BatchDir] = {}
+    for path in paths:
+        for folder in _batch_folders(os.fspath(path)):
+            name = base = os.path.basename(os.path.normpath(folder)) or "batch"
+            n = 1
+            while name in found:
+                n += 1
+                name = f"{base}-{n}"
+            found[name] = BatchDir(name, folder)
+    return found
+
+
+def _batch_folders(path: str) -> list[str]:
+    if os.path.isfile(os.path.join(path, "batch.json")):
+        return [path]
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such folder")
+    with os.scandir(path) as entries:
+        subs = sorted(e.path for e in entries if e.is_dir() and not e.name.startswith("."))
+    return [s for s in subs if os.path.isfile(os.path.join(s, "batch.json"))]
+
+
+def signature(batch: BatchDir) -> tuple[int, ...]:
+    """Changes whenever the batch's index or events do (sizes and mtimes)."""
+    out: list[int] = []
+    for name in ("events.jsonl", "index.sqlite", "index.sqlite-wal"):
+        try:
+            st = os.stat(os.path.join(batch.path, name))
+        except FileNotFoundError:
+            out += [-1, -1]
+        else:
+            out += [st.st_size, st.st_mtime_ns]
+    return tuple(out)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    file = os.path.join(path, "index.sqlite")
+    if not os.path.exists(file):
+        raise StoreError(f"{path} has no index.sqlite: not a batch output directory")
+    return _index.connect(file, write=False)
+
+
+def _one(path: str, sql: str, args: Iterable[Any] = ()) -> tuple[Any, ...]:
+    db = _connect(path)
+    try:
+        row: tuple[Any, ...] = db.execute(sql, list(args)).fetchone()
+        return row
+    finally:
+        db.close()
+
+
+def _all(path: str, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    db = _connect(path)
+    try:
+        return list(db.execute(sql, list(args)))
+    finally:
+        db.close()
+
+
+def batch_summary(batch: BatchDir) -> dict[str, Any]:
+    """Name, counts by status, total, mean reward, cost, start and last update."""
+    counts = {str(k): n for k, n in count_rollouts(batch.path).items()}
+    mean, cost = _one(batch.path, "SELECT AVG(reward), SUM(cost) FROM rollouts")
+    meta = read_batch(batch.path)
+    return {
+        "name": batch.name,
+        "batch_id": meta.get("batch_id"),
+        "counts": counts,
+        "total": sum(counts.values()),
+        "mean_reward": mean,
+        "cost": cost,
+        "started": meta.get("created_at"),
+        "updated": _updated(batch.path),
+    }
+
+
+def _updated(path: str) -> float | None:
+    try:
+        return os.stat(os.path.join(path, "events.jsonl")).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def errors_by_phase(batch: BatchDir) -> dict[str, int]:
+    """Failed rollouts by the phase at fault."""
+    counts = count_rollouts(batch.path, by="error_phase")
+    return {str(k): n for k, n in sorted(counts.items(), key=_key) if k is not None}
+
+
+def _key(item: tuple[Any, int]) -> str:
+    return str(item[0])
+
+
+def model_task(batch: BatchDir) -> list[dict[str, Any]]:
+    """Mean reward and counts per (model, task), sorted by model then task."""
+    rows = _all(
+        batch.path,
+        "SELECT model, task, AVG(reward), COUNT(reward), COUNT(*) FROM rollouts "
+        "GROUP BY model, task ORDER BY model, task",
+    )
+    keys = ("model", "task", "mean_reward", "graded", "total")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def reward_bins(batch: BatchDir, bins: int = 10) -> dict[str, Any]:
+    """A histogram of rewards: `lo`, `hi` and `counts` (`bins` equal-width bins)."""
+    lo, hi = _one(batch.path, "SELECT MIN(reward), MAX(reward) FROM rollouts")
+    if lo is None:
+        return {"lo": 0.0, "hi": 1.0, "counts": [0] * bins}
+    lo, hi = (min(lo, 0.0), max(hi, 1.0)) if 0.0 <= lo <= hi <= 1.0 else (lo, hi)
+    width = (hi - lo) / bins or 1.0
+    rows = _all(
+        batch.path,
+        "SELECT MIN(CAST((reward - ?) / ? AS INTEGER), ?), COUNT(*) FROM rollouts "
+        "WHERE reward IS NOT NULL GROUP BY 1",
+        (lo, width, bins - 1),
+    )
+    counts = [0] * bins
+    for b, n in rows:
+        counts[max(0, int(b))] += n
+    return {"lo": float(lo), "hi": float(hi), "counts": counts}
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutQuery:
+    """The rollouts table's filters, sort and page, from the query string."""
+
+    filters: Mapping[str, str]
+    q: str = ""
+    reward_min: float | None = None
+    reward_max: float | None = None
+    order_by: str = "seq"
+    descending: bool = False
+    offset: int = 0
+    limit: int = 200
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> RolloutQuery:
+        """Read the API's parameters; empty ones mean no filter.
+
+        Raises:
+            ValueError: a number that does not parse, or an unknown sort column.
+        """
+        order_by = params.get("order_by") or "seq"
+        if order_by not in _index.SORTABLE:
+            raise ValueError(f"cannot sort by {order_by!r}")
+        return cls(
+            filters={k: params[k] for k in _TEXT_FILTERS if params.get(k)},
+            q=params.get("q", ""),
+            reward_min=_float(params.get("reward_min")),
+            reward_max=_float(params.get("reward_max")),
+            order_by=order_by,
+            descending=params.get("desc") == "1",
+            offset=max(0, int(params.get("offset") or 0)),
+            limit=min(PAGE_LIMIT, max(1, int(params.get("limit") or 200))),
+        )
+
+
+def _float(text: str | None) -> float | None:
+    return float(text) if text else None
+
+
+def _where(query: RolloutQuery) -> tuple[str, list[Any]]:
+    where, args = _index.where_clause(query.filters)
+    extra: list[str] = []
+    if query.q:
+        extra.append("instr(id, ?) > 0")
+        args.append(query.q)
+    if query.reward_min is not None:
+        extra.append("reward >= ?")
+        args.append(query.reward_min)
+    if query.reward_max is not None:
+        extra.append("reward <= ?")
+        args.append(query.reward_max)
+    if extra:
+        where += (" AND " if where else " WHERE ") + " AND ".join(extra)
+    return where, args
+
+
+def query_rollouts(batch: BatchDir, query: RolloutQuery) -> dict[str, Any]:
+    """`{"total": matching rows, "rows": [index rows of the page]}`."""
+    where, args = _where(query)
+    order = f"{query.order_by} {'DESC' if query.descending else 'ASC'}, seq ASC"
+    db = _connect(batch.path)
+    try:
+        total = db.execute(f"SELECT COUNT(*) FROM rollouts{where}", args).fetchone()[0]
+        cur = db.execute(
+            f"SELECT {', '.join(_index.COLUMNS)} FROM rollouts{where} ORDER BY {order} "
+            "LIMIT ? OFFSET ?",
+            [*args, query.limit, query.offset],
+        )
+        rows = [dict(zip(_index.COLUMNS, row, strict=True)) for row in cur]
+    finally:
+        db.close()
+    return {"total": total, "rows": rows}
+
+
+def rollout_detail(batch: BatchDir, rollout_id: str) -> dict[str, Any] | None:
+    """Everything recorded for a rollout the index knows, or None for an unknown id."""
+    if _one(batch.path, "SELECT 1 FROM rollouts WHERE id=?", (rollout_id,)) is None:
+        return None
+    return read_rollout(batch.path, rollout_id)
+
+
+def read_log(batch: BatchDir, rollout_id: str, limit: int = LOG_LIMIT) -> tuple[str, bool]:
+    """The first `limit` bytes of the rollout's log.txt as text (U+FFFD for bad bytes),
+    and whether there was more. Only for an id the index knows."""
+    file = os.path.join(batch.path, "rollouts", rollout_id, "log.txt")
+    try:
+        with open(file, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        return "", False
+    return data[:limit].decode("utf-8", "replace"), len(data) > limit
