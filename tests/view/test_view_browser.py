@@ -41,8 +41,8 @@ async def test_the_batches_page_lists_every_batch_under_a_folder(
     page: Page, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
-    run_batch(tmp_path / "a", runs / "alpha", [add(1, 2), add(3, 4)])
-    run_batch(tmp_path / "b", runs / "beta", [add(1, 2), BROKEN])
+    await run_batch(tmp_path / "a", runs / "alpha", [add(1, 2), add(3, 4)])
+    await run_batch(tmp_path / "b", runs / "beta", [add(1, 2), BROKEN])
     async with proctor_view(runs, log_dir=tmp_path) as view:
         await page.goto(view.url)
         rows = page.locator("table#batches tbody tr[data-batch]")
@@ -70,7 +70,8 @@ async def test_the_batches_page_updates_live_while_a_batch_runs(page: Page, tmp_
         async with proctor_view(out, log_dir=tmp_path) as view:
             navigations: list[str] = []
             page.on("framenavigated", lambda frame: navigations.append(frame.url))
-            await page.goto(view.url)
+            async with page.expect_request(view.at("/events")):
+                await page.goto(view.url)
             counts = page.locator('tr[data-batch="live"] td.counts')
             await expect(counts).to_contain_text("running 2")
             before = await page.evaluate("Number(document.body.dataset.updates || 0)")
@@ -108,7 +109,7 @@ async def _expect_ids(page: Page, ids: list[str]) -> None:
 
 async def test_the_batch_page_filters_and_sorts_its_rollouts(page: Page, tmp_path: Path) -> None:
     rows = [score("low", 0.2), score("high", 0.9), score("mid", 0.5), BROKEN]
-    out = run_batch(tmp_path / "work", tmp_path / "mixed", rows)
+    out = await run_batch(tmp_path / "work", tmp_path / "mixed", rows)
     ids = {row["task"]: row["id"] for row in list_rollouts(out)}
     async with proctor_view(out, log_dir=tmp_path) as view:
         await page.goto(view.at("/b/mixed"))

@@ -1,6 +1,6 @@
 """Output directories for the dashboard's browser tests, and `proctor view` as a child.
 
-Batches are real: `proctor.batch.execute` (or the `proctor batch` command) on a small
+Batches are real: `proctor.batch.aexecute` (or the `proctor batch` command) on a small
 taskset in `tmp_path`, the way examples/batch/letters.toml runs the letters taskset; the
 hostile rollout is written with `BatchStore` and `RolloutRecorder`, as a runner would.
 (A uniquely named module, not `conftest`: other test folders have their own conftest.)
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from proctor.batch import BatchStore, execute
+from proctor.batch import BatchStore, aexecute
 
 ENV = """
 from proctor import Environment, graders
@@ -114,9 +114,9 @@ def write_batch_config(
     return config
 
 
-def run_batch(root: Path, out: Path, rows: list[dict[str, Any]]) -> Path:
+async def run_batch(root: Path, out: Path, rows: list[dict[str, Any]]) -> Path:
     """Execute a batch of `rows` with the solver agent into `out` (named `out.name`)."""
-    result = execute(write_batch_config(root, out.name, rows), out)
+    result = await aexecute(write_batch_config(root, out.name, rows), out)
     assert result.launched, result
     return out
 
