@@ -20,6 +20,7 @@ import orjson
 from .._http import Request, Response, format_sse
 from .._http._headers import HeaderSource, as_pairs
 from ._data import (
+    MATRIX_LIMIT,
     BatchDir,
     RolloutQuery,
     batch_summary,
@@ -225,11 +226,11 @@ def _batch_data(batch: BatchDir) -> dict[str, Any]:
 
 
 def _matrix(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rows by model, columns by task, for the model x task table."""
-    models = list(dict.fromkeys(str(c["model"] or "-") for c in cells))
+    """Rows by task (many), columns by model (few), for the model x task table."""
+    models = sorted({str(c["model"] or "-") for c in cells})
     tasks = list(dict.fromkeys(str(c["task"] or "-") for c in cells))
     grid = {(str(c["model"] or "-"), str(c["task"] or "-")): c for c in cells}
-    return {"models": models, "tasks": sorted(tasks), "grid": grid}
+    return {"models": models, "tasks": tasks, "grid": grid, "full": len(cells) < MATRIX_LIMIT}
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

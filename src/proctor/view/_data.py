@@ -17,6 +17,7 @@ from ..batch._store import StoreError
 
 __all__ = [
     "LOG_LIMIT",
+    "MATRIX_LIMIT",
     "PAGE_LIMIT",
     "BatchDir",
     "RolloutQuery",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 LOG_LIMIT = 1024 * 1024
+MATRIX_LIMIT = 2000
 PAGE_LIMIT = 500
 _TEXT_FILTERS = ("status", "task", "model", "error_phase")
 
@@ -145,12 +147,14 @@ def _key(item: tuple[Any, int]) -> str:
     return str(item[0])
 
 
-def model_task(batch: BatchDir) -> list[dict[str, Any]]:
-    """Mean reward and counts per (model, task), sorted by model then task."""
+def model_task(batch: BatchDir, limit: int = MATRIX_LIMIT) -> list[dict[str, Any]]:
+    """Mean reward, graded and total counts per (model, task), sorted by task then
+    model; at most `limit` cells (a batch of many tasks has many)."""
     rows = _all(
         batch.path,
         "SELECT model, task, AVG(reward), COUNT(reward), COUNT(*) FROM rollouts "
-        "GROUP BY model, task ORDER BY model, task",
+        "GROUP BY model, task ORDER BY task, model LIMIT ?",
+        (limit,),
     )
     keys = ("model", "task", "mean_reward", "graded", "total")
     return [dict(zip(keys, row, strict=True)) for row in rows]
