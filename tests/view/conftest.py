@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page, async_playwright, expect
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -27,6 +27,10 @@ ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+# A page's assertions retry up to this long (Playwright's default is 5 s): room for a
+# loaded two-core machine, never a wait when the page is already right.
+expect.set_options(timeout=15_000)
 
 
 def _need_chromium() -> None:
