@@ -74,14 +74,15 @@ async def test_the_batches_page_updates_live_while_a_batch_runs(page: Page, tmp_
                 await page.goto(view.url)
             counts = page.locator('tr[data-batch="live"] td.counts')
             await expect(counts).to_contain_text("running 2")
-            before = await page.evaluate("Number(document.body.dataset.updates || 0)")
+            await page.wait_for_function("Number(document.body.dataset.updates) >= 1")  # state
+            before = await page.evaluate("Number(document.body.dataset.updates)")
             await page.evaluate("window.__same_document = true")
             navigations.clear()
 
             (work / "gate").write_text("open")
             await expect(counts).to_have_text(re.compile(r"^\s*completed 2\s*$"), timeout=30_000)
             assert await asyncio.wait_for(batch.wait(), timeout=30) == 0
-            updates = await page.evaluate("Number(document.body.dataset.updates || 0)")
+            updates = await page.evaluate("Number(document.body.dataset.updates)")
             assert updates > before
             assert await page.evaluate("window.__same_document") is True  # no reload
             assert navigations == []
@@ -118,7 +119,9 @@ async def test_the_batch_page_filters_and_sorts_its_rollouts(page: Page, tmp_pat
         await expect(page.locator('#errors-by-phase li[data-phase="grading"]')).to_contain_text(
             "grading: 1"
         )
-        await expect(page.locator("table#model-task")).to_have_count(1)
+        cells = page.locator('table#model-task tr[data-task="high"] td')
+        await expect(cells).to_have_count(1)
+        await expect(cells).to_contain_text("0.900 (1/1)")
         await _expect_ids(page, [ids[t] for t in ("low", "high", "mid", "broken")])
 
         form = page.locator("form#filters")
