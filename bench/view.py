@@ -422,9 +422,12 @@ async def _shoot(url: str, dest: Path) -> None:
             await page.goto(f"{url}/b/letters-demo", wait_until="load")
             await page.wait_for_function("() => document.body.dataset.loaded")
             await page.screenshot(path=dest / "batch-page.png")
-            link = page.locator("tr[data-rollout*='tool-agent'] a.rollout-link").first
+            rows = "tr[data-rollout^='sum-'][data-rollout*='tool-agent']"  # a tool call
+            link = page.locator(f"{rows} a.rollout-link").first
             await page.goto(url + str(await link.get_attribute("href")), wait_until="load")
-            await page.wait_for_selector("div.turn")
+            await page.wait_for_selector("div.turn div.tool-call")
+            await page.evaluate("document.querySelector('div.turn').scrollIntoView()")
+            await page.evaluate("window.scrollBy(0, -160)")  # the prompt above the turns
             await page.screenshot(path=dest / "rollout-page.png")
         finally:
             await browser.close()
