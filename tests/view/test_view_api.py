@@ -18,9 +18,11 @@ import pytest
 import pytest_asyncio
 from view_helpers import HOSTILE_IMG, HOSTILE_LINK, HOSTILE_SCRIPT, Assignment, hostile_batch
 
-from proctor._http import SSEParser
+from proctor._http import Headers, Request, SSEParser
 from proctor.batch import BatchStore
 from proctor.view import ViewServer
+from proctor.view._app import ViewApp
+from proctor.view._data import discover
 
 # (task, model, status, reward, error phase)
 ROWS = [
@@ -248,3 +250,94 @@ async def _events(reader: asyncio.StreamReader) -> AsyncIterator[Any]:
         for event in parser.feed(chunk[:-2]):
             if event.event == "batches":
                 yield orjson.loads(event.data)
+
+
+async def test_a_batch_summary_has_throughput_and_finish_time(view: ViewServer) -> None:
+    mixed = {b["name"]: b for b in await api(view, "/api/batches")}["mixed"]
+    assert mixed["throughput"] > 0
+    assert mixed["finished"] >= mixed["started"]
+    with BatchStore.open(view.batches["mixed"].path) as store:
+        store.add_assignments([Assignment("delta--m1--r1", "delta", model="m1")])
+    mixed = {b["name"]: b for b in await api(view, "/api/batches")}["mixed"]
+    assert mixed["finished"] is None  # a rollout is still queued
+
+
+async def test_rewards_per_model_and_task_and_the_cost_curve(view: ViewServer) -> None:
+    one = await api(view, "/api/b/mixed")
+    assert one["by_model"]["groups"] == {
+        "m1": [1, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        "m2": [0, 0, 0, 0, 0, 1, 0, 0, 0, 0],
+    }
+    assert one["by_task"]["groups"]["alpha"] == [0, 0, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert one["by_task"]["more"] == 0
+    times = [t for t, _ in one["cost_curve"]]
+    assert times == sorted(times)
+    assert one["cost_curve"][-1][1] == pytest.approx(0.05)
+    status, _, body = await aget(view.url + "b/mixed")
+    assert status == 200
+    html = body.decode()
+    for marker in ('id="cost-curve"', 'figure data-model="m1"', 'figure data-task="gamma"'):
+        assert marker in html
+
+
+async def test_many_tasks_and_points_are_capped(tmp_path: Path) -> None:
+    rows: list[tuple[str, str, str, float | None, str | None]] = [
+        (f"t{n:03}", "m", "completed", n / 400, None) for n in range(400)
+    ]
+    store_batch(tmp_path / "many", rows)
+    async with ViewServer([tmp_path / "many"]) as server:
+        one = await api(server, "/api/b/many")
+        assert len(one["by_task"]["groups"]) == 30
+        assert one["by_task"]["more"] == 370
+        assert 1 <= len(one["cost_curve"]) <= 200
+        assert one["cost_curve"][-1][1] == pytest.approx(4.0)
+        status, _, body = await aget(server.url + "b/many")
+        assert status == 200
+        assert b"370 more tasks not shown" in body
+
+
+async def test_compare_marks_tasks_better_worse_and_same(tmp_path: Path) -> None:
+    store_batch(
+        tmp_path / "a",
+        [
+            ("up", "m", "completed", 0.2, None),
+            ("down", "m", "completed", 1.0, None),
+            ("flat", "m", "completed", 0.5, None),
+            ("gone", "m", "completed", 0.5, None),
+        ],
+    )
+    store_batch(
+        tmp_path / "b",
+        [
+            ("up", "m", "completed", 0.8, None),
+            ("down", "m", "completed", 0.0, None),
+            ("flat", "m", "completed", 0.5, None),
+        ],
+    )
+    async with ViewServer([tmp_path / "a", tmp_path / "b"]) as server:
+        status, _, body = await aget(server.url + "compare?a=a&b=b")
+        assert status == 200
+        html = body.decode()
+        order = [html.index(f'data-task="{t}"') for t in ("up", "flat", "down", "gone")]
+        assert order == sorted(order)  # by delta, largest first; missing last
+        for task, change in (
+            ("up", "better"),
+            ("down", "worse"),
+            ("flat", "same"),
+            ("gone", "missing"),
+        ):
+            assert f'data-task="{task}" data-change="{change}"' in html
+        for bad in ("compare?a=a&b=nope", "compare?a=a", "compare"):
+            assert (await aget(server.url + bad))[0] == 404
+
+
+async def test_a_rescan_adds_batches_that_appear_under_a_folder(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    store_batch(runs / "early", ROWS[:1])
+    app = ViewApp(discover([runs]), roots=[runs])
+    store_batch(runs / "late", ROWS[:2])
+    assert await app.rescan() == ["late"]
+    assert await app.rescan() == []
+    response = await app.handle(Request("GET", "/api/batches", Headers(), b""))
+    assert isinstance(response.body, bytes)
+    assert {b["name"]: b["total"] for b in orjson.loads(response.body)} == {"early": 1, "late": 2}

@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import hmac
 import importlib.resources
-from collections.abc import AsyncIterator
+import os
+import time
+from collections.abc import AsyncIterator, Iterable
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -24,31 +26,33 @@ from ._data import (
     BatchDir,
     RolloutQuery,
     batch_summary,
+    compare_tasks,
+    cost_curve,
+    discover_more,
     errors_by_phase,
+    group_reward_bins,
     model_task,
     query_rollouts,
+    read_log,
     reward_bins,
     rollout_detail,
     signature,
 )
 from ._pages import STATUS_ORDER, render
-from ._rollout_pages import artifact, diff_page, rollout_page
-from ._svg import histogram
+from ._svg import cost_line, histogram
+from ._transcript import shape_rollout
 
 __all__ = ["COOKIE", "ViewApp"]
 
 COOKIE = "proctor_view"
 POLL = 0.5
 PING = 15.0
-_STATIC = {
-    "app.js": "text/javascript; charset=utf-8",
-    "style.css": "text/css; charset=utf-8",
-    "rollout.css": "text/css; charset=utf-8",
-}
+RESCAN = 2.0
+_STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 _SECURITY = [
     (
         "content-security-policy",
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
         "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     ),
     ("x-content-type-options", "nosniff"),
@@ -67,6 +71,8 @@ class ViewApp:
         token: when set, every request needs `?token=` or the `proctor_view` cookie.
         hosts: the `Host` values accepted (None: any); guards loopback against DNS
             rebinding.
+        roots: the paths given at start; rescanned every `RESCAN` seconds (while
+            requests come) for batches that appeared since (added to `batches`).
     """
 
     def __init__(
@@ -75,8 +81,11 @@ class ViewApp:
         *,
         token: str | None = None,
         hosts: frozenset[str] | None = None,
+        roots: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         self.batches = batches
+        self.roots = [os.fspath(r) for r in roots]
+        self._scanned = time.monotonic()
         self._token = token.encode() if token else None
         self.hosts = hosts
         self.closing = asyncio.Event()
@@ -127,6 +136,7 @@ class ViewApp:
         if parts and parts[-1] == "" and len(parts) > 1:
             parts.pop()
         try:
+            await self._maybe_rescan()
             return await self._dispatch(parts, request)
         except ValueError as exc:
             return Response.json({"error": str(exc)}, 400)
@@ -146,11 +156,9 @@ class ViewApp:
             case ["b", name] if name in self.batches:
                 return await self._page_batch(self.batches[name])
             case ["b", name, "r", rid] if name in self.batches:
-                return await rollout_page(self.batches, self.batches[name], rid, _params(request))
-            case ["b", name, "r", rid, "artifacts", file] if name in self.batches:
-                return await artifact(self.batches[name], rid, file)
-            case ["diff"]:
-                return await diff_page(self.batches, _params(request))
+                return await self._page_rollout(self.batches[name], rid)
+            case ["compare"]:
+                return await self._page_compare(_params(request))
             case ["api", *_]:
                 return Response.json({"error": "not found"}, 404)
         return _not_found()
@@ -171,10 +179,34 @@ class ViewApp:
     # -- pages ----------------------------------------------------------------------
 
     async def _summaries(self) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(lambda: [batch_summary(b) for b in self.batches.values()])
+        listed = list(self.batches.values())
+        return await asyncio.to_thread(lambda: [batch_summary(b) for b in listed])
+
+    async def rescan(self) -> list[str]:
+        """Add the batches that appeared under `roots` since; their names."""
+        self._scanned = time.monotonic()
+        known = dict(self.batches)
+        found: dict[str, BatchDir] = {}
+        for root in self.roots:
+            with contextlib.suppress(OSError):
+                found |= await asyncio.to_thread(discover_more, [root], known | found)
+        self.batches.update(found)
+        return list(found)
+
+    async def _maybe_rescan(self) -> None:
+        if self.roots and time.monotonic() - self._scanned >= RESCAN:
+            await self.rescan()
 
     async def _page_batches(self) -> Response:
         html = render("batches.html", batches=await self._summaries(), order=STATUS_ORDER)
+        return Response.text(html, content_type=_HTML)
+
+    async def _page_compare(self, params: dict[str, str]) -> Response:
+        a, b = self.batches.get(params.get("a", "")), self.batches.get(params.get("b", ""))
+        if a is None or b is None:
+            return _not_found()
+        data = await asyncio.to_thread(compare_tasks, a, b)
+        html = render("compare.html", a=a.name, b=b.name, c=data, names=sorted(self.batches))
         return Response.text(html, content_type=_HTML)
 
     async def _page_batch(self, batch: BatchDir) -> Response:
@@ -184,8 +216,21 @@ class ViewApp:
             "batch.html",
             b=data,
             hist=histogram(hist["counts"], hist["lo"], hist["hi"]),
+            by_model=_small_hists(data["by_model"]),
+            by_task=_small_hists(data["by_task"]),
+            cost=cost_line(data["cost_curve"]),
             matrix=_matrix(data["model_task"]),
             order=STATUS_ORDER,
+        )
+        return Response.text(html, content_type=_HTML)
+
+    async def _page_rollout(self, batch: BatchDir, rid: str) -> Response:
+        detail = await asyncio.to_thread(rollout_detail, batch, rid)
+        if detail is None:
+            return _not_found()
+        log, cut = await asyncio.to_thread(read_log, batch, rid)
+        html = render(
+            "rollout.html", batch=batch.name, rid=rid, r=shape_rollout(detail), log=log, cut=cut
         )
         return Response.text(html, content_type=_HTML)
 
@@ -201,6 +246,7 @@ class ViewApp:
         quiet = 0.0
         yield b"retry: 2000\n\n"
         while not self.closing.is_set():
+            await self._maybe_rescan()
             now = {name: signature(b) for name, b in self.batches.items()}
             if now != seen:
                 seen = now
@@ -219,7 +265,17 @@ def _batch_data(batch: BatchDir) -> dict[str, Any]:
         "errors_by_phase": errors_by_phase(batch),
         "model_task": model_task(batch),
         "reward_hist": reward_bins(batch),
+        "by_model": group_reward_bins(batch, "model"),
+        "by_task": group_reward_bins(batch, "task"),
+        "cost_curve": cost_curve(batch),
     }
+
+
+def _small_hists(bins: dict[str, Any]) -> dict[str, Any]:
+    """One small histogram per group (model or task), and how many groups were left out."""
+    lo, hi = bins["lo"], bins["hi"]
+    charts = {name: histogram(c, lo, hi, small=True) for name, c in bins["groups"].items()}
+    return {"charts": charts, "more": bins["more"]}
 
 
 def _matrix(cells: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +23,12 @@ __all__ = [
     "BatchDir",
     "RolloutQuery",
     "batch_summary",
+    "compare_tasks",
+    "cost_curve",
     "discover",
+    "discover_more",
     "errors_by_phase",
+    "group_reward_bins",
     "model_task",
     "query_rollouts",
     "read_log",
@@ -35,7 +40,12 @@ __all__ = [
 LOG_LIMIT = 1024 * 1024
 MATRIX_LIMIT = 2000
 PAGE_LIMIT = 500
+CURVE_POINTS = 200
+GROUP_LIMIT = 30
+COMPARE_LIMIT = 2000
 _TEXT_FILTERS = ("status", "task", "model", "error_phase")
+_ENDED_SQL = ", ".join(f"'{s}'" for s in sorted(_index.ENDED))
+_GROUPS = frozenset({"model", "task"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +64,31 @@ def discover(paths: Iterable[str | os.PathLike[str]]) -> dict[str, BatchDir]:
     Raises:
         FileNotFoundError: a path is neither a batch nor a folder.
     """
+    return discover_more(paths, {})
+
+
+def discover_more(
+    paths: Iterable[str | os.PathLike[str]], known: Mapping[str, BatchDir]
+) -> dict[str, BatchDir]:
+    """The batches under `paths` not in `known` (by folder), named unique against it.
+
+    Raises:
+        FileNotFoundError: a path is neither a batch nor a folder.
+    """
+    seen = {b.path for b in known.values()}
+    taken = set(known)
     found: dict[str, BatchDir] = {}
     for path in paths:
         for folder in _batch_folders(os.fspath(path)):
+            if folder in seen:
+                continue
+            seen.add(folder)
             name = base = os.path.basename(os.path.normpath(folder)) or "batch"
             n = 1
-            while name in found:
+            while name in taken:
                 n += 1
                 name = f"{base}-{n}"
+            taken.add(name)
             found[name] = BatchDir(name, folder)
     return found
 
@@ -114,18 +141,27 @@ def _all(path: str, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]
 
 
 def batch_summary(batch: BatchDir) -> dict[str, Any]:
-    """Name, counts by status, total, mean reward, cost, start and last update."""
+    """Name, counts by status, total, mean reward, cost, start, finish, throughput
+    (ended rollouts per second from the first start to the last end) and last update."""
     counts = {str(k): n for k, n in count_rollouts(batch.path).items()}
-    mean, cost = _one(batch.path, "SELECT AVG(reward), SUM(cost) FROM rollouts")
+    mean, cost, first, last, ended = _one(
+        batch.path,
+        "SELECT AVG(reward), SUM(cost), MIN(started_at), MAX(ended_at), "
+        f"COUNT(CASE WHEN status IN ({_ENDED_SQL}) THEN 1 END) FROM rollouts",
+    )
     meta = read_batch(batch.path)
+    total = sum(counts.values())
+    span = (last - first) if first is not None and last is not None else 0.0
     return {
         "name": batch.name,
         "batch_id": meta.get("batch_id"),
         "counts": counts,
-        "total": sum(counts.values()),
+        "total": total,
         "mean_reward": mean,
         "cost": cost,
         "started": meta.get("created_at"),
+        "finished": last if total and ended == total else None,
+        "throughput": ended / span if ended and span > 0 else None,
         "updated": _updated(batch.path),
     }
 
@@ -160,23 +196,131 @@ def model_task(batch: BatchDir, limit: int = MATRIX_LIMIT) -> list[dict[str, Any
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
+def _reward_range(path: str) -> tuple[float, float] | None:
+    """The histogram's range: [0, 1] for rewards inside it, else their min and max."""
+    lo, hi = _one(path, "SELECT MIN(reward), MAX(reward) FROM rollouts")
+    if lo is None:
+        return None
+    return (min(lo, 0.0), max(hi, 1.0)) if 0.0 <= lo <= hi <= 1.0 else (float(lo), float(hi))
+
+
+def _bin_sql(lo: float, hi: float, bins: int) -> tuple[str, list[Any]]:
+    width = (hi - lo) / bins or 1.0
+    return "MIN(CAST((reward - ?) / ? AS INTEGER), ?)", [lo, width, bins - 1]
+
+
 def reward_bins(batch: BatchDir, bins: int = 10) -> dict[str, Any]:
     """A histogram of rewards: `lo`, `hi` and `counts` (`bins` equal-width bins)."""
-    lo, hi = _one(batch.path, "SELECT MIN(reward), MAX(reward) FROM rollouts")
-    if lo is None:
+    span = _reward_range(batch.path)
+    if span is None:
         return {"lo": 0.0, "hi": 1.0, "counts": [0] * bins}
-    lo, hi = (min(lo, 0.0), max(hi, 1.0)) if 0.0 <= lo <= hi <= 1.0 else (lo, hi)
-    width = (hi - lo) / bins or 1.0
+    expr, args = _bin_sql(*span, bins)
     rows = _all(
         batch.path,
-        "SELECT MIN(CAST((reward - ?) / ? AS INTEGER), ?), COUNT(*) FROM rollouts "
-        "WHERE reward IS NOT NULL GROUP BY 1",
-        (lo, width, bins - 1),
+        f"SELECT {expr}, COUNT(*) FROM rollouts WHERE reward IS NOT NULL GROUP BY 1",
+        args,
     )
     counts = [0] * bins
     for b, n in rows:
         counts[max(0, int(b))] += n
-    return {"lo": float(lo), "hi": float(hi), "counts": counts}
+    return {"lo": span[0], "hi": span[1], "counts": counts}
+
+
+def group_reward_bins(
+    batch: BatchDir, by: str, bins: int = 10, limit: int = GROUP_LIMIT
+) -> dict[str, Any]:
+    """Reward histograms per model or task (the first `limit` by name), on the batch's
+    range: `lo`, `hi`, `groups` ({name: counts}) and `more` (groups not shown)."""
+    if by not in _GROUPS:
+        raise ValueError(f"cannot group rewards by {by!r}")
+    key = f"IFNULL({by}, '-')"
+    (distinct,) = _one(batch.path, f"SELECT COUNT(DISTINCT {key}) FROM rollouts")
+    names = [
+        str(r[0])
+        for r in _all(
+            batch.path, f"SELECT DISTINCT {key} FROM rollouts ORDER BY 1 LIMIT ?", [limit]
+        )
+    ]
+    span = _reward_range(batch.path) or (0.0, 1.0)
+    groups = {name: [0] * bins for name in names}
+    if names:
+        expr, args = _bin_sql(*span, bins)
+        marks = ", ".join("?" * len(names))
+        rows = _all(
+            batch.path,
+            f"SELECT {key}, {expr}, COUNT(*) FROM rollouts "
+            f"WHERE reward IS NOT NULL AND {key} IN ({marks}) GROUP BY 1, 2",
+            [*args, *names],
+        )
+        for name, b, n in rows:
+            groups[str(name)][max(0, int(b))] += n
+    return {"lo": span[0], "hi": span[1], "groups": groups, "more": distinct - len(names)}
+
+
+def cost_curve(batch: BatchDir, points: int = CURVE_POINTS) -> list[tuple[float, float]]:
+    """Cumulative cost by `ended_at`, at most `points` (time, cost) pairs: rollouts are
+    bucketed by end time in SQL, each bucket's point at its last end."""
+    lo, hi = _one(batch.path, "SELECT MIN(ended_at), MAX(ended_at) FROM rollouts")
+    if lo is None:
+        return []
+    width = (hi - lo) / points or 1.0
+    rows = _all(
+        batch.path,
+        "SELECT t, SUM(c) OVER (ORDER BY k) FROM ("
+        "SELECT MIN(CAST((ended_at - ?) / ? AS INTEGER), ?) AS k, MAX(ended_at) AS t, "
+        "TOTAL(cost) AS c FROM rollouts WHERE ended_at IS NOT NULL GROUP BY k) ORDER BY k",
+        [lo, width, points - 1],
+    )
+    return [(float(t), float(c)) for t, c in rows]
+
+
+def _task_means(path: str) -> dict[str, tuple[float | None, int, int]]:
+    rows = _all(
+        path,
+        "SELECT IFNULL(task, '-'), AVG(reward), COUNT(reward), COUNT(*) FROM rollouts GROUP BY 1",
+    )
+    return {str(t): (mean, graded, total) for t, mean, graded, total in rows}
+
+
+def _change(delta: float | None) -> str:
+    if delta is None:
+        return "missing"
+    return "better" if delta > 1e-9 else "worse" if delta < -1e-9 else "same"
+
+
+def compare_tasks(a: BatchDir, b: BatchDir, limit: int = COMPARE_LIMIT) -> dict[str, Any]:
+    """Task by task: mean reward and counts in `a` and `b`, the delta (b - a) and its
+    `change` (better, worse, same; missing when a side has no graded rollout), sorted by
+    delta (largest first; missing last); the first `limit` rows, totals over all."""
+    left, right = _task_means(a.path), _task_means(b.path)
+    rows: list[dict[str, Any]] = []
+    for task in sorted(left.keys() | right.keys()):
+        ma, ga, ta = left.get(task, (None, 0, 0))
+        mb, gb, tb = right.get(task, (None, 0, 0))
+        delta = mb - ma if ma is not None and mb is not None else None
+        rows.append(
+            {
+                "task": task,
+                "a": (ma, ga, ta),
+                "b": (mb, gb, tb),
+                "delta": delta,
+                "change": _change(delta),
+            }
+        )
+    rows.sort(key=lambda r: (r["delta"] is None, -(r["delta"] or 0.0), r["task"]))
+    changes = Counter(r["change"] for r in rows)
+    return {
+        "rows": rows[:limit],
+        "more": max(0, len(rows) - limit),
+        "changes": {k: changes.get(k, 0) for k in ("better", "worse", "same", "missing")},
+        "a": _overall(a.path),
+        "b": _overall(b.path),
+    }
+
+
+def _overall(path: str) -> tuple[float | None, int, int]:
+    mean, graded, total = _one(path, "SELECT AVG(reward), COUNT(reward), COUNT(*) FROM rollouts")
+    return mean, graded, total
 
 
 @dataclass(frozen=True, slots=True)

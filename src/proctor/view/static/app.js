@@ -1,4 +1,4 @@
-// proctor view: live batch counts (SSE) and the windowed, sortable rollouts table.
+// proctor view: live batch rows (SSE) and the virtualized, sortable rollouts table.
 "use strict";
 
 const ORDER = ["completed", "failed", "interrupted", "running", "grading", "starting", "queued"];
@@ -18,23 +18,65 @@ function setText(root, selector, text) {
   if (el) el.textContent = text;
 }
 
+const fmtRate = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "/s");
+
+function batchRow(b) {
+  const tr = document.createElement("tr");
+  tr.dataset.batch = b.name;
+  const td = document.createElement("td");
+  const a = document.createElement("a");
+  a.className = "batch-link";
+  a.href = "/b/" + encodeURIComponent(b.name);
+  a.textContent = b.name;
+  td.appendChild(a);
+  tr.appendChild(td);
+  for (const cls of ["counts", "throughput num", "mean-reward num", "cost num", "started", "finished"]) {
+    const cell = document.createElement("td");
+    cell.className = cls;
+    tr.appendChild(cell);
+  }
+  for (const select of document.querySelectorAll("form#compare select")) {
+    const option = document.createElement("option");
+    option.value = b.name;
+    option.textContent = b.name;
+    select.appendChild(option);
+  }
+  return tr;
+}
+
+function updateBatchRow(row, b) {
+  setText(row, "td.counts", countsText(b.counts));
+  setText(row, "td.throughput", fmtRate(b.throughput));
+  setText(row, "td.mean-reward", fmtReward(b.mean_reward));
+  setText(row, "td.cost", fmtCost(b.cost));
+  setText(row, "td.started", fmtTime(b.started));
+  setText(row, "td.finished", fmtTime(b.finished));
+}
+
 function liveBatches() {
   const source = new EventSource("/events");
+  const table = document.getElementById("batches");
   let updates = 0;
   source.addEventListener("batches", (ev) => {
     const list = JSON.parse(ev.data);
+    const rows = new Map();
+    for (const row of document.querySelectorAll("tr[data-batch]")) rows.set(row.dataset.batch, row);
     for (const b of list) {
-      for (const row of document.querySelectorAll("tr[data-batch]")) {
-        if (row.dataset.batch !== b.name) continue;
-        setText(row, "td.counts", countsText(b.counts));
-        setText(row, "td.mean-reward", fmtReward(b.mean_reward));
-        setText(row, "td.cost", fmtCost(b.cost));
+      let row = rows.get(b.name);
+      if (!row && table) {
+        row = batchRow(b);
+        table.tBodies[0].appendChild(row);
+        const none = document.getElementById("no-batches");
+        if (none) none.hidden = true;
       }
+      if (row) updateBatchRow(row, b);
       const head = document.getElementById("batch-name");
       if (head && head.dataset.batch === b.name) {
         setText(document, "#counts", countsText(b.counts));
         setText(document, "#mean-reward", fmtReward(b.mean_reward));
         setText(document, "#cost", fmtCost(b.cost));
+        setText(document, "#finished", fmtTime(b.finished));
+        setText(document, "#throughput", b.throughput == null ? "-" : b.throughput.toFixed(2));
       }
     }
     updates += 1;
@@ -42,13 +84,21 @@ function liveBatches() {
   });
 }
 
+// The rollouts table is a window over the query's rows: the rows near the scroll
+// position (at most WINDOW) between two spacer rows that stand for the rest; pages of
+// PAGE rows are fetched by offset as the window moves, a few kept in a small cache.
 function rolloutsTable() {
   const table = document.getElementById("rollouts");
   const form = document.getElementById("filters");
   const scroller = document.getElementById("rollouts-scroll");
   const body = table.tBodies[0];
-  const state = { orderBy: "seq", desc: false, total: 0, loading: false, generation: 0 };
   const PAGE = 200;
+  const WINDOW = 300;
+  const BEFORE = 100;
+  const STEP = 50;
+  const KEEP = 8;
+  const state = { orderBy: "seq", desc: false, total: 0, generation: 0, rowH: 25, start: -1, end: -1 };
+  let pages = new Map();
 
   function params(offset) {
     const p = new URLSearchParams();
@@ -75,6 +125,7 @@ function rolloutsTable() {
     a.className = "rollout-link";
     a.href = table.dataset.base + encodeURIComponent(r.id);
     a.textContent = r.id;
+    a.title = r.id;
     td.appendChild(a);
     tr.appendChild(td);
     cell(tr, r.task ?? "");
@@ -87,34 +138,85 @@ function rolloutsTable() {
     return tr;
   }
 
-  async function load(reset) {
-    if (reset) {
-      state.generation += 1;
-      body.replaceChildren();
-      state.total = 0;
-    } else if (state.loading || body.rows.length >= state.total) {
+  function spacer(rows) {
+    const tr = document.createElement("tr");
+    tr.className = "spacer";
+    const td = document.createElement("td");
+    td.colSpan = 8;
+    td.style.height = `${rows * state.rowH}px`;
+    tr.appendChild(td);
+    return tr;
+  }
+
+  async function fetchPage(n, generation) {
+    if (pages.has(n)) return pages.get(n);
+    const resp = await fetch(table.dataset.api + "?" + params(n * PAGE), { credentials: "same-origin" });
+    const data = await resp.json();
+    if (generation !== state.generation) return null;
+    if (!resp.ok) throw new Error(data.error || "error");
+    state.total = data.total;
+    pages.set(n, data.rows);
+    while (pages.size > KEEP) pages.delete(pages.keys().next().value);
+    return data.rows;
+  }
+
+  function windowAt() {
+    const first = Math.floor(scroller.scrollTop / state.rowH);
+    const start = Math.max(0, Math.floor((first - BEFORE) / STEP) * STEP);
+    return [start, Math.min(state.total, start + WINDOW)];
+  }
+
+  function render(start, end) {
+    const frag = document.createDocumentFragment();
+    frag.appendChild(spacer(start));
+    for (let i = start; i < end; i++) {
+      const page = pages.get(Math.floor(i / PAGE));
+      if (page && page[i % PAGE]) frag.appendChild(row(page[i % PAGE]));
+    }
+    frag.appendChild(spacer(state.total - end));
+    body.replaceChildren(frag);
+    const first = body.querySelector("tr[data-rollout]");
+    if (first && first.getBoundingClientRect().height > 0) state.rowH = first.getBoundingClientRect().height;
+    [state.start, state.end] = [start, end];
+    const shown = body.querySelectorAll("tr[data-rollout]").length;
+    document.getElementById("shown").textContent = state.total
+      ? `${start + 1}–${end} of ${state.total}` : "0 of 0";
+    document.body.dataset.loaded = String(shown);
+    document.body.dataset.total = String(state.total);
+  }
+
+  async function show(force) {
+    const generation = state.generation;
+    const [start, end] = windowAt();
+    if (!force && start === state.start && end === state.end) return;
+    const need = [];
+    for (let n = Math.floor(start / PAGE); n * PAGE < Math.max(end, 1); n++) need.push(n);
+    try {
+      await Promise.all(need.map((n) => fetchPage(n, generation)));
+    } catch (err) {
+      if (generation === state.generation) document.getElementById("shown").textContent = err.message;
       return;
     }
+    if (generation !== state.generation) return;
+    const [s2, e2] = windowAt();
+    if (s2 !== start || e2 !== end) return show(false);
+    render(start, end);
+  }
+
+  async function reset() {
+    state.generation += 1;
+    pages = new Map();
+    state.start = state.end = -1;
     const generation = state.generation;
-    state.loading = true;
     try {
-      const resp = await fetch(table.dataset.api + "?" + params(body.rows.length), { credentials: "same-origin" });
-      const data = await resp.json();
-      if (generation !== state.generation) return;
-      if (!resp.ok) {
-        document.getElementById("shown").textContent = data.error || "error";
-        return;
-      }
-      state.total = data.total;
-      const frag = document.createDocumentFragment();
-      for (const r of data.rows) frag.appendChild(row(r));
-      body.appendChild(frag);
-      document.getElementById("shown").textContent = `${body.rows.length} of ${data.total}`;
-      document.body.dataset.loaded = String(body.rows.length);
-    } finally {
-      if (generation === state.generation) state.loading = false;
+      await fetchPage(0, generation);
+    } catch (err) {
+      if (generation === state.generation) document.getElementById("shown").textContent = err.message;
+      return;
     }
-    if (scroller.scrollHeight <= scroller.clientHeight + 50) load(false);
+    if (generation !== state.generation) return;
+    scroller.scrollTop = 0;
+    await show(true);
   }
 
   for (const th of table.querySelectorAll("th[data-sort]")) {
@@ -124,18 +226,24 @@ function rolloutsTable() {
       state.orderBy = col;
       for (const other of table.querySelectorAll("th[data-sort]")) delete other.dataset.dir;
       th.dataset.dir = state.desc ? "desc" : "asc";
-      load(true);
+      reset();
     });
   }
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    load(true);
+    reset();
   });
-  form.addEventListener("change", () => load(true));
+  form.addEventListener("change", () => reset());
+  let queued = false;
   scroller.addEventListener("scroll", () => {
-    if (scroller.scrollTop + scroller.clientHeight >= scroller.scrollHeight - 200) load(false);
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      show(false);
+    });
   });
-  load(true);
+  reset();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
