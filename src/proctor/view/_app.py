@@ -33,14 +33,13 @@ from ._data import (
     group_reward_bins,
     model_task,
     query_rollouts,
-    read_log,
     reward_bins,
     rollout_detail,
     signature,
 )
 from ._pages import STATUS_ORDER, render
+from ._rollout_pages import artifact, diff_page, rollout_page
 from ._svg import cost_line, histogram
-from ._transcript import shape_rollout
 
 __all__ = ["COOKIE", "ViewApp"]
 
@@ -48,11 +47,15 @@ COOKIE = "proctor_view"
 POLL = 0.5
 PING = 15.0
 RESCAN = 2.0
-_STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+_STATIC = {
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+    "rollout.css": "text/css; charset=utf-8",
+}
 _SECURITY = [
     (
         "content-security-policy",
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     ),
     ("x-content-type-options", "nosniff"),
@@ -156,7 +159,11 @@ class ViewApp:
             case ["b", name] if name in self.batches:
                 return await self._page_batch(self.batches[name])
             case ["b", name, "r", rid] if name in self.batches:
-                return await self._page_rollout(self.batches[name], rid)
+                return await rollout_page(self.batches, self.batches[name], rid, _params(request))
+            case ["b", name, "r", rid, "artifacts", file] if name in self.batches:
+                return await artifact(self.batches[name], rid, file)
+            case ["diff"]:
+                return await diff_page(self.batches, _params(request))
             case ["compare"]:
                 return await self._page_compare(_params(request))
             case ["api", *_]:
@@ -221,16 +228,6 @@ class ViewApp:
             cost=cost_line(data["cost_curve"]),
             matrix=_matrix(data["model_task"]),
             order=STATUS_ORDER,
-        )
-        return Response.text(html, content_type=_HTML)
-
-    async def _page_rollout(self, batch: BatchDir, rid: str) -> Response:
-        detail = await asyncio.to_thread(rollout_detail, batch, rid)
-        if detail is None:
-            return _not_found()
-        log, cut = await asyncio.to_thread(read_log, batch, rid)
-        html = render(
-            "rollout.html", batch=batch.name, rid=rid, r=shape_rollout(detail), log=log, cut=cut
         )
         return Response.text(html, content_type=_HTML)
 
