@@ -14,7 +14,8 @@ rollout. One `python -m proctor.cli view DIR...` child serves them all. Figures:
   (`performance.getEntriesByType('paint')`), DOMContentLoaded (the navigation entry's
   `domContentLoadedEventEnd`), and `rows`: when `document.body.dataset.loaded` is first
   set (the rollout table shows its first rows; a MutationObserver from an init script
-  takes the time), all in ms from navigation start, p50 over `--runs` loads. The
+  takes the time), all in ms from navigation start (TTFB: the navigation entry's
+  `responseStart`, the server's share), p50 over `--runs` loads. The
   static 404 page and the smaller batch are the baseline in the same run.
 - server: `GET /b/NAME` and `GET /api/b/NAME/rollouts?limit=200` latency p50 (and
   max) over `--requests` sequential requests, and the server's RSS (VmRSS, and its
@@ -59,6 +60,7 @@ ARGS = [  # tests/view/conftest.py's flags
     "--disable-component-update",
     "--disable-sync",
 ]
+COLUMNS = ("ttfb", "fcp", "dcl", "rows")
 MODELS = ("gpt-4.1-mini", "claude-sonnet-4", "qwen3-8b")
 TASKS = 200
 PHASES = ("agent", "evaluate", "setup")
@@ -81,7 +83,8 @@ TIMINGS = """
   const fcp = performance.getEntriesByType("paint")
     .find((e) => e.name === "first-contentful-paint");
   const nav = performance.getEntriesByType("navigation")[0];
-  return {fcp: fcp ? fcp.startTime : null, dcl: nav.domContentLoadedEventEnd,
+  return {ttfb: nav.responseStart, fcp: fcp ? fcp.startTime : null,
+          dcl: nav.domContentLoadedEventEnd,
           rows: window.__rowsAt ?? null};
 }
 """
@@ -228,7 +231,7 @@ async def browser_loads(targets: list[tuple[str, str, bool]], runs: int) -> dict
 
 def _p50s(samples: list[dict[str, float | None]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for key in ("fcp", "dcl", "rows"):
+    for key in COLUMNS:
         values = [s[key] for s in samples if s[key] is not None]
         out[key] = statistics.median(values) if values else None  # type: ignore[type-var]
         out[key + "_max"] = max(values) if values else None  # type: ignore[type-var]
@@ -242,13 +245,17 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+def _cell(p50: float | None, top: float | None) -> str:
+    return f"{_ms(p50):>5} ({_ms(top)})"
+
+
 def report(fig: dict[str, Any]) -> str:
     """The table, the server figures and the verdict."""
-    head = f"{'page':<28} {'FCP ms':>12} {'DCL ms':>12} {'rows ms':>12}"
+    head = f"{'page':<28} {'TTFB ms':>12} {'FCP ms':>12} {'DCL ms':>12} {'rows ms':>12}"
     lines = [f"browser, p50 (max) over {fig['runs']} fresh loads each", head, "-" * len(head)]
     for label, b in fig["browser"].items():
-        cols = [f"{_ms(b[k]):>5} ({_ms(b[k + '_max']):>4})" for k in ("fcp", "dcl", "rows")]
-        lines.append(f"{label:<28} {cols[0]:>12} {cols[1]:>12} {cols[2]:>12}")
+        cols = " ".join(f"{_cell(b[k], b[k + '_max']):>12}" for k in COLUMNS)
+        lines.append(f"{label:<28} {cols}")
     lines.append("")
     lines.append(f"server, p50 (max) over {fig['requests']} sequential requests each")
     for label, s in fig["server"].items():
