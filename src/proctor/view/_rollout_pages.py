@@ -11,6 +11,7 @@ import asyncio
 import difflib
 import json
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -51,10 +52,13 @@ def _rollout_data(
         return None
     folder = os.path.join(batch.path, "rollouts", rid)
     if attempt:
-        detail = _archived(folder, detail, attempt)
-        if detail is None:
+        if not (attempt.isascii() and attempt.isdigit()) or int(attempt) not in detail.get(
+            "attempts", ()
+        ):
             return None
+        attempt = str(int(attempt))
         folder = os.path.join(folder, "attempts", attempt)
+        detail = _archived(folder, detail)
     r = shape_rollout(detail)
     log, cut = _log(batch, rid, folder, attempt)
     return {
@@ -70,11 +74,8 @@ def _rollout_data(
     }
 
 
-def _archived(folder: str, detail: dict[str, Any], attempt: str) -> dict[str, Any] | None:
-    """An earlier attempt's files, read like `read_rollout` reads the current one."""
-    if not attempt.isdigit() or int(attempt) not in detail.get("attempts", ()):
-        return None
-    root = os.path.join(folder, "attempts", str(int(attempt)))
+def _archived(root: str, detail: dict[str, Any]) -> dict[str, Any]:
+    """An earlier attempt's files (in `root`), read like `read_rollout` reads the current one."""
     record = _json(os.path.join(root, "rollout.json"))
     return {
         "record": record,
@@ -98,9 +99,15 @@ def _log(batch: BatchDir, rid: str, folder: str, attempt: str | None) -> tuple[s
 
 
 def _known(batch: BatchDir, rid: str) -> bool:
-    db = _index.connect(os.path.join(batch.path, "index.sqlite"), write=False)
+    """Whether the batch's index has this rollout (False for an index not readable yet)."""
+    try:
+        db = _index.connect(os.path.join(batch.path, "index.sqlite"), write=False)
+    except sqlite3.Error:
+        return False
     try:
         return db.execute("SELECT 1 FROM rollouts WHERE id=?", (rid,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
     finally:
         db.close()
 
@@ -219,7 +226,7 @@ async def artifact(batch: BatchDir, rid: str, name: str) -> Response:
 
 
 def _artifact_file(batch: BatchDir, rid: str, name: str) -> str | None:
-    if not _plain(name) or rollout_detail(batch, rid) is None:
+    if not _plain(name) or not _known(batch, rid):
         return None
     folder = os.path.join(batch.path, "rollouts", rid, "artifacts")
     if name not in _manifest(os.path.join(folder, "SHA256SUMS")):
