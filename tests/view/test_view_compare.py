@@ -74,3 +74,19 @@ async def test_the_rollout_table_scrolls_to_the_last_of_thousands(
         rows = await page.locator("table#rollouts tbody tr").count()
         assert rows < 1000, rows
         await expect(page.locator(f'tr[data-rollout="{ids[0]}"]')).to_have_count(0)
+
+
+async def test_a_batch_made_later_under_a_watched_folder_appears_live(
+    page: Page, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    write_batch(runs / "first", [("t", 1.0)])
+    async with proctor_view(runs, log_dir=tmp_path) as view:
+        await page.goto(view.url)
+        await expect(page.locator('tr[data-batch="first"]')).to_have_count(1)
+        await page.evaluate("window.__same_page = true")
+        write_batch(runs / "second", [("t", 0.5), ("u", 1.0)])
+        row = page.locator('tr[data-batch="second"]')
+        await expect(row).to_have_count(1)  # within the 2 s rescan, over the SSE stream
+        await expect(row.locator("td.counts")).to_contain_text("completed 2")
+        assert await page.evaluate("window.__same_page") is True  # no reload

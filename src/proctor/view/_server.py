@@ -47,8 +47,11 @@ class ViewServer:
     ) -> None:
         if host not in LOOPBACK and not token:
             raise ValueError(f"serving on {host} needs a token (--token-env VAR)")
-        self.batches = discover(paths)
-        self.app = ViewApp(self.batches, token=token, hosts=None if token else _hosts(host))
+        roots = [os.fspath(p) for p in paths]  # rescanned: batches made later show up
+        self.batches = discover(roots)
+        self.app = ViewApp(
+            self.batches, token=token, hosts=None if token else _hosts(host), roots=roots
+        )
         self._http = HttpServer(
             self.app.handle, host=host, port=port, limits=_LIMITS, screen=self.app.screen
         )
