@@ -256,7 +256,22 @@ class ViewApp:
             quiet += POLL
 
 
+_AGGREGATES: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
+
+
 def _batch_data(batch: BatchDir) -> dict[str, Any]:
+    """The batch page's aggregates, computed again only when the batch changed (a
+    finished batch of 100,000 rollouts costs seven passes over its index once)."""
+    key = signature(batch)
+    cached = _AGGREGATES.get(batch.path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    data = _aggregates(batch)
+    _AGGREGATES[batch.path] = (key, data)
+    return data
+
+
+def _aggregates(batch: BatchDir) -> dict[str, Any]:
     return {
         **batch_summary(batch),
         "errors_by_phase": errors_by_phase(batch),
