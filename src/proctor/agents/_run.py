@@ -247,16 +247,7 @@ class Run:
             "status": self.status,
             "reward": self.reward,
             "prompt": self.prompt,
-            "grade": None
-            if grade is None
-            else {
-                "reward": grade.reward,
-                "subscores": grade.subscores,
-                "info": grade.info,
-                "content": grade.content,
-                "is_error": grade.is_error,
-                "done": grade.done,
-            },
+            "grade": None if grade is None else grade.to_dict(),
             "error": None
             if self.error is None
             else {

@@ -194,16 +194,7 @@ def _outcome(run: Run) -> dict[str, Any]:
         "launch_errors": [_error(e) for e in run.launch_errors],
         "answer": run.answer,
         "result": {
-            "grade": None
-            if grade is None
-            else {
-                "reward": grade.reward,
-                "subscores": grade.subscores,
-                "info": grade.info,
-                "content": grade.content,
-                "is_error": grade.is_error,
-                "done": grade.done,
-            },
+            "grade": None if grade is None else grade.to_dict(),
             "evaluation": evaluation,
         },
     }

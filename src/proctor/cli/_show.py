@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -203,10 +202,6 @@ def _grade(grade: dict[str, Any]) -> str:
 
 def _text(value: Any) -> str:
     """Text as it is; content parts joined; anything else as indented JSON."""
-    if value is None:
-        return "(none)"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(p, dict) and "text" in p for p in value):
-        return "\n".join(str(p["text"]) for p in value)
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    from ..view._transcript import as_text
+
+    return "(none)" if value is None else as_text(value)

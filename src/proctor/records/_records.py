@@ -77,6 +77,17 @@ class Grade:
             data.get("done"),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by its Python name, as JSON (what run records keep)."""
+        return {
+            "reward": self.reward,
+            "subscores": self.subscores,
+            "info": self.info,
+            "content": self.content,
+            "is_error": self.is_error,
+            "done": self.done,
+        }
+
     def to_wire(self) -> dict[str, Any]:
         """The `tasks.grade` result for this grade."""
         out: dict[str, Any] = {"score": self.reward}
