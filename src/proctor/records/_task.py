@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .._public import publish
 
@@ -41,6 +41,23 @@ class Task(BaseModel):
     """Per-row agent overrides, e.g. `{"max_steps": 50}`."""
     runtime_config: dict[str, Any] | None = None
     """Per-row launch hints (image, resources); runtimes apply what they support."""
+    validation: list[dict[str, Any]] | None = None
+    """Platform/sync metadata (HUD's field; kept and written back unchanged)."""
+    verifier: Task | None = None
+    """An agent-less task whose grade of the actor's result is the grade of record
+    (HUD's verifier): started after the actor is graded and sent the actor's grade as
+    its answer, on the actor's substrate when it names the same environment and no
+    `runtime_config`, else on a fresh one."""
+    solution: Any = None
+    """This row's reference answer, for `proctor validate --oracle` (else the
+    template's `solution=`)."""
+
+    @field_validator("verifier")
+    @classmethod
+    def _no_nested_verifier(cls, verifier: Task | None) -> Task | None:
+        if verifier is not None and verifier.verifier is not None:
+            raise ValueError("nested verifier tasks are not supported")
+        return verifier
 
     @model_validator(mode="after")
     def _default_slug(self) -> Task:
