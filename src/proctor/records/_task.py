@@ -1,11 +1,16 @@
-"""The `Task` row: a template id plus bound args, portable anywhere."""
+"""The `Task` row: a template id plus bound args, portable anywhere.
+
+Rows are HUD's task rows (hud 0.6.21's `Task`): the same fields in the same order, the
+same default slug, so a task file written by either loads in the other with the same
+slugs and is written back unchanged. Keys neither knows are kept and written back.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .._public import publish
@@ -14,18 +19,23 @@ __all__ = ["Task", "args_digest"]
 
 
 def args_digest(args: dict[str, Any]) -> str:
-    """A short hash of the canonical JSON of `args` (sorted keys), stable across runs."""
-    canonical = orjson.dumps(args, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    return hashlib.sha256(canonical).hexdigest()[:8]
+    """HUD's slug suffix: 8 hex of the SHA-1 of `json.dumps(args, sort_keys=True, default=str)`.
+
+    Stable across runs and key order; a value JSON cannot hold counts as its `str()`.
+    """
+    canonical = json.dumps(args, sort_keys=True, default=str).encode()
+    return hashlib.sha1(canonical, usedforsecurity=False).hexdigest()[:8]
 
 
 class Task(BaseModel):
     """One runnable row: which environment, which template, with which args.
 
-    `model_dump()` and `Task.model_validate()` are the whole codec.
+    `model_dump()` and `Task.model_validate()` are the whole codec. Unknown keys (a
+    foreign platform's metadata) are kept as extra fields and written back after the
+    known ones.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
 
     env: str
     """Name of the environment the row belongs to."""
@@ -34,15 +44,17 @@ class Task(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
     """Arguments bound into the template."""
     slug: str = ""
-    """Stable key for lookup and filtering; defaults to id plus a hash of the args."""
-    columns: dict[str, Any] | None = None
-    """Metadata facets (difficulty, split, ...)."""
-    agent_config: dict[str, Any] | None = None
-    """Per-row agent overrides, e.g. `{"max_steps": 50}`."""
-    runtime_config: dict[str, Any] | None = None
-    """Per-row launch hints (image, resources); runtimes apply what they support."""
+    """Stable key for lookup and filtering; defaults to `id-<args_digest(args)>`, or
+    `id` alone without args (HUD's rule)."""
     validation: list[dict[str, Any]] | None = None
     """Platform/sync metadata (HUD's field; kept and written back unchanged)."""
+    agent_config: dict[str, Any] | None = None
+    """Per-row agent overrides, e.g. `{"max_steps": 50}`."""
+    columns: dict[str, Any] | None = None
+    """Metadata facets (difficulty, split, ...)."""
+    runtime_config: dict[str, Any] | None = None
+    """Per-row launch hints (image, resources, limits; HUD's `RuntimeConfig` shape is
+    kept as written, relative paths included); runtimes apply what they support."""
     verifier: Task | None = None
     """An agent-less task whose grade of the actor's result is the grade of record
     (HUD's verifier): started after the actor is graded and sent the actor's grade as

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 import orjson
 from pydantic import ValidationError
@@ -143,8 +143,9 @@ class Taskset:
     def from_file(cls, path: str | os.PathLike[str], name: str | None = None) -> Taskset:
         """Load a taskset from `.json`, `.jsonl`, a `.py` source or a folder.
 
-        A `.json` file holds an array of rows or `{"name": ..., "tasks": [...]}`; a
-        `.jsonl` file one row per line. A `.py` file (or a package: a folder with an
+        A `.json` file holds an array of rows, one row object (as HUD reads it) or
+        `{"name": ..., "tasks": [...]}`; a `.jsonl` file one row per line. Rows are
+        HUD's (see `Task`): HUD's fields, slugs and unknown keys all carry over. A `.py` file (or a package: a folder with an
         `__init__.py`) contributes every `Task`, `Taskset` and list or tuple of `Task`
         among its module globals, in definition order; an equal row seen twice counts
         once. Any other folder names its task files: `tasks.py` and `tasks_*.py`, in
@@ -200,6 +201,8 @@ class Taskset:
     def to_file(self, path: str | os.PathLike[str]) -> None:
         """Write the rows atomically as a `.json` array (indented) or `.jsonl` lines.
 
+        Byte for byte what HUD's `Taskset.to_file` writes for the same rows (Python's
+        `json`, ASCII, null fields left out), so a HUD task file comes back unchanged.
         The name is not stored: `Taskset.from_file(path, name=ts.name) == ts`.
 
         Raises:
@@ -207,14 +210,9 @@ class Taskset:
             OSError: the file could not be written.
         """
         target = Path(path)
-        rows = [task.model_dump(mode="json", exclude_none=True) for task in self._tasks]
-        if target.suffix == ".json":
-            data = orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n"
-        elif target.suffix == ".jsonl":
-            data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
-        else:
+        if target.suffix not in (".json", ".jsonl"):
             raise TasksetError(f"{target}: cannot write {target.suffix!r}; use .json or .jsonl")
-        _write_atomic(target, data)
+        write_atomic(target, dump_rows(self._tasks, target.suffix).encode())
 
     async def run(
         self,
@@ -266,8 +264,8 @@ def _load_jsonl(path: Path) -> _Loaded:
         if not raw.strip():
             continue
         try:
-            rows.append(orjson.loads(raw))
-        except orjson.JSONDecodeError as exc:
+            rows.append(_parse(raw))
+        except json.JSONDecodeError as exc:
             raise TasksetError(
                 f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
             ) from exc
@@ -278,27 +276,59 @@ def _load_jsonl(path: Path) -> _Loaded:
 def _load_json(path: Path) -> _Loaded:
     data = _read(path)
     try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        doc = _parse(data)
+    except json.JSONDecodeError as exc:
         raise TasksetError(
             f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
         ) from exc
     if isinstance(doc, list):
         name, rows = None, doc
-    elif (
-        isinstance(doc, dict)
-        and doc.keys() <= {"name", "tasks"}
-        and isinstance(doc.get("name", ""), str)
-        and isinstance(doc.get("tasks"), list)
-    ):
+    elif _is_named(doc):
         name, rows = doc.get("name"), doc["tasks"]
+    elif isinstance(doc, dict) and "tasks" not in doc:  # one bare task row, as HUD reads it
+        first = len(data) - len(data.lstrip())
+        return None, _validate(path, [doc], lambda _: 1 + data.count(b"\n", 0, first))
     else:
         raise TasksetError(
-            f'{path}: expected a JSON array of tasks or {{"name": str, "tasks": [...]}}'
+            f"{path}: expected a JSON array of tasks, one task object "
+            f'or {{"name": str, "tasks": [...]}}'
         )
     # Row line numbers cost a second parse, so they are found only when reporting an error.
     starts = functools.cache(lambda: _row_lines(data.decode()))
     return name, _validate(path, rows, lambda i: starts()[i])
+
+
+def _is_named(doc: object) -> TypeGuard[dict[str, Any]]:
+    """`{"name": str, "tasks": [...]}`: proctor's named form (a task row has `env`)."""
+    return (
+        isinstance(doc, dict)
+        and doc.keys() <= {"name", "tasks"}
+        and isinstance(doc.get("name", ""), str)
+        and isinstance(doc.get("tasks"), list)
+    )
+
+
+# Every digit read as "0", so a run of 19 digits is a plain substring test.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+
+
+def _parse(data: bytes) -> Any:
+    """JSON as Python's `json` reads it (what HUD writes), at orjson's speed when it can.
+
+    orjson refuses NaN and Infinity and reads integers past 64 bits as floats; the
+    standard library reads those exactly, so it takes over for them.
+
+    Raises:
+        json.JSONDecodeError: the bytes are not JSON.
+    """
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+    if _LONG_RUN in data.translate(_DIGITS_AS_ZERO):
+        return json.loads(data)
+    return value
 
 
 def _validate(path: Path, rows: Sequence[object], line_of: Callable[[int], int]) -> list[Task]:
@@ -431,7 +461,16 @@ _LOADERS: dict[str, Callable[[Path], _Loaded]] = {
 }
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def dump_rows(tasks: Iterable[Task], suffix: str) -> str:
+    """The text of a `.json` or `.jsonl` task file holding `tasks`, as HUD writes it."""
+    rows = [task.model_dump(mode="json", exclude_none=True) for task in tasks]
+    if suffix == ".json":
+        return json.dumps(rows, indent=2, default=str) + "\n"
+    return "".join(json.dumps(row, default=str) + "\n" for row in rows)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` in one rename (a reader sees the old or the new file)."""
     try:
         mode = path.stat().st_mode & 0o777
     except FileNotFoundError:
