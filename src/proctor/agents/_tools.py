@@ -1,16 +1,18 @@
 """Tools an agent can call: Python functions, a run's capabilities, a task's declarations.
 
 A `Tool` is a `ToolSpec` (what the model sees) plus the coroutine that runs it. A run's
-capabilities become tools by protocol: `shell` gives one tool running commands in the
-environment through the tunnel, `mcp` gives the MCP server's tools (via the `mcp` SDK
-client on the routed URL). A task may declare more in its first yield:
+capabilities become tools by protocol family (the part before any `/`: HUD labels
+`mcp/2025-11-25`, `ssh/2`): `shell` gives one tool running commands in the environment
+through the tunnel, `ssh` the same tool over SSH (HUD's workspace shell; `SshShell`),
+`mcp` the MCP server's tools (via the `mcp` SDK client on the routed URL). A task may
+declare more in its first yield:
 
     yield {"prompt": ..., "tools": [{"name": "run_tests", "description": "...",
            "parameters": {...JSON schema...}, "command": "python -m pytest -q",
            "capability": "shell"}]}
 
-Such a tool runs `command` in that shell capability (default `shell`) with the call's
-arguments as JSON on stdin.
+Such a tool runs `command` in that shell (or SSH) capability (default `shell`) with the
+call's arguments as JSON on stdin.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
 
 from .._urls import unix_path
 from ..env._shell import ShellClient, ShellResult
 from ..models import ToolSpec
+from ._ssh import SshShell
 
 if TYPE_CHECKING:
     from ..agents._run import Run
@@ -56,6 +59,17 @@ class ToolResult:
 
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[ToolResult | str]]
+
+
+class Shell(Protocol):
+    """What a shell tool runs commands through: a `ShellClient` or an `SshShell`."""
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds after which the shell ends a command itself (None: never)."""
+
+    async def run(self, command: str, *, stdin: str | None = None) -> ShellResult:
+        """Run one command."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +126,7 @@ def function_tool(
     return Tool(spec, call)
 
 
-def shell_tool(client: ShellClient, *, name: str = "shell", description: str | None = None) -> Tool:
+def shell_tool(client: Shell, *, name: str = "shell", description: str | None = None) -> Tool:
     """A tool that runs one shell command per call through `client`."""
     spec = ToolSpec(
         name,
@@ -136,7 +150,7 @@ def shell_tool(client: ShellClient, *, name: str = "shell", description: str | N
     return Tool(spec, call, own_timeout=client.timeout is not None)
 
 
-def command_tool(declaration: dict[str, Any], client: ShellClient) -> Tool:
+def command_tool(declaration: dict[str, Any], client: Shell) -> Tool:
     """A task-declared tool: run `declaration["command"]`, arguments as JSON on stdin.
 
     Raises:
@@ -172,12 +186,14 @@ def _format_shell(result: ShellResult) -> str:
     return "\n".join(lines)
 
 
-async def mcp_tools(url: str, stack: AsyncExitStack, *, prefix: str = "") -> list[Tool]:
+async def mcp_tools(
+    url: str, stack: AsyncExitStack, *, prefix: str = "", headers: dict[str, str] | None = None
+) -> list[Tool]:
     """The tools of the MCP server at `url` (streamable HTTP); the session lives on `stack`.
 
     `url` is `http(s)://...` or `http+unix://<percent-encoded socket path>/path` (sent
-    as `Host: localhost`). Each tool is named `prefix + name`. A result flagged
-    `is_error` becomes an error.
+    as `Host: localhost`). Each tool is named `prefix + name`; `headers` go with every
+    request. A result flagged `is_error` becomes an error.
 
     Raises:
         ImportError: the `mcp` extra is not installed.
@@ -186,7 +202,7 @@ async def mcp_tools(url: str, stack: AsyncExitStack, *, prefix: str = "") -> lis
         from mcp import Client
     except ImportError as exc:
         raise ImportError("MCP tools need `pip install 'proctor[mcp]'`") from exc
-    client = await stack.enter_async_context(Client(await _mcp_target(url, stack)))
+    client = await stack.enter_async_context(Client(await _mcp_target(url, stack, headers)))
     listed: list[Any] = []
     cursor: str | None = None
     for _ in range(_MCP_PAGES):
@@ -198,26 +214,30 @@ async def mcp_tools(url: str, stack: AsyncExitStack, *, prefix: str = "") -> lis
     return [_mcp_tool(client, t, prefix) for t in listed]
 
 
-async def _mcp_target(url: str, stack: AsyncExitStack) -> Any:
-    """What `mcp.Client` takes for `url`: the URL itself, or for `http+unix://` a
-    streamable HTTP transport over an HTTP client dialing the socket."""
+async def _mcp_target(url: str, stack: AsyncExitStack, headers: dict[str, str] | None) -> Any:
+    """What `mcp.Client` takes for `url`: the URL itself, or (for `http+unix://`, or
+    with `headers`) a streamable HTTP transport over an HTTP client of ours."""
     path = unix_path(url)
-    if path is None:
+    if path is None and not headers:
         return url
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    scheme, _, rest = url.partition("://")
-    tail = rest.split("/", 1)[1] if "/" in rest else ""
+    target = url
+    transport = None
+    if path is not None:
+        scheme, _, rest = url.partition("://")
+        tail = rest.split("/", 1)[1] if "/" in rest else ""
+        target = f"{scheme.removesuffix('+unix')}://localhost/{tail}"
+        transport = httpx2.AsyncHTTPTransport(uds=path)
     http = await stack.enter_async_context(
         httpx2.AsyncClient(
-            transport=httpx2.AsyncHTTPTransport(uds=path),
+            transport=transport,
+            headers=headers,
             timeout=httpx2.Timeout(30.0, read=300.0),  # the SDK's own defaults
         )
     )
-    return streamable_http_client(
-        f"{scheme.removesuffix('+unix')}://localhost/{tail}", http_client=http
-    )
+    return streamable_http_client(target, http_client=http)
 
 
 def _mcp_tool(client: Any, tool: Any, prefix: str) -> Tool:
@@ -245,30 +265,61 @@ def _mcp_text(block: Any) -> str:
 async def run_tools(
     run: Run, stack: AsyncExitStack, *, shell_timeout: float | None = None
 ) -> list[Tool]:
-    """Tools from `run`'s capabilities (`shell`, `mcp`) and its task's declarations.
+    """Tools from `run`'s capabilities (`shell`, `ssh`, `mcp`) and its task's declarations.
 
+    Capabilities match by protocol family (`mcp/2025-11-25` is `mcp`, `ssh/2` is `ssh`).
     Shell tools use the per-episode `cwd` the task published for their capability and
-    ask the server to kill a command after `shell_timeout` seconds. MCP tools keep their
-    names when there is one MCP capability, else get `<capability>__` in front.
+    end a command after `shell_timeout` seconds (a `shell` server kills it; an SSH
+    shell closes its channel). MCP tools keep their names when there is one MCP
+    capability, else get `<capability>__` in front.
 
     Raises:
-        ValueError: a declared tool is malformed or names no shell capability.
-        ImportError: an MCP capability but no `mcp` extra.
+        ValueError: a declared tool is malformed or names no shell capability, or an
+            MCP capability speaks a transport other than streamable HTTP.
+        ImportError: an MCP capability but no `mcp` extra, or an SSH one but no `ssh`.
     """
     manifest = run.client.manifest if run.client is not None else None
     caps = [run.binding(b.name) for b in (manifest.bindings if manifest else ())]
-    shells = {c.name: _shell_client(c, shell_timeout) for c in caps if c.protocol == "shell"}
-    mcps = [c for c in caps if c.protocol == "mcp"]
+    shells: dict[str, Shell] = {}
+    for cap in caps:
+        if family(cap.protocol) == "shell":
+            shells[cap.name] = _shell_client(cap, shell_timeout)
+        elif family(cap.protocol) == "ssh":
+            ssh = SshShell(cap, timeout=shell_timeout, max_output=SHELL_OUTPUT)
+            stack.push_async_callback(ssh.aclose)
+            shells[cap.name] = ssh
+    mcps = [c for c in caps if family(c.protocol) == "mcp"]
     tools = [shell_tool(client, name=name) for name, client in shells.items()]
     for cap in mcps:
         prefix = f"{cap.name}__" if len(mcps) > 1 else ""
-        tools += await mcp_tools(cap.url, stack, prefix=prefix)
+        tools += await mcp_tools(cap.url, stack, prefix=prefix, headers=_mcp_headers(cap))
     for declaration in _declared(run.start_result.get("tools")):
         where = str(declaration.get("capability", "shell"))
         if where not in shells:
             raise ValueError(f"declared tool {declaration.get('name')!r}: no shell {where!r}")
         tools.append(command_tool(declaration, shells[where]))
     return tools
+
+
+def family(protocol: str) -> str:
+    """A capability protocol's family: `mcp/2025-11-25` -> `mcp`, `shell` -> `shell`."""
+    return protocol.partition("/")[0].strip().lower()
+
+
+def _mcp_headers(cap: Capability) -> dict[str, str]:
+    """HTTP headers for an MCP capability (HUD's `auth_token` as a bearer token).
+
+    Raises:
+        ValueError: the capability asks for a transport other than streamable HTTP.
+    """
+    transport = cap.params.get("transport", "streamable-http")
+    if transport != "streamable-http" or cap.url.partition("://")[0] in ("ws", "wss"):
+        raise ValueError(
+            f"MCP capability {cap.name!r}: transport {transport!r} at {cap.url!r} is not "
+            "supported (streamable HTTP only)"
+        )
+    token = cap.params.get("auth_token")
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _shell_client(cap: Capability, timeout: float | None) -> ShellClient:
