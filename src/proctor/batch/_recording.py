@@ -59,6 +59,7 @@ class Recording:
         self.base_usage: dict[str, int] = {}
         self.base_cost = 0.0
         self.turns: dict[int, tuple[dict[str, Any], float]] = {}
+        self.context = _Context()
         run.on_phase = self._phase
         run.on_checkpoint = rec.save_checkpoint
 
@@ -109,6 +110,7 @@ class Recording:
         line["turn"] = number
         line["request_sha256"] = hashlib.sha256(request).hexdigest()
         line["messages"] = len((turn.get("request") or {}).get("messages") or ())
+        line["context"] = self.context.delta(number, turn.get("request"))
         self.rec.append_turn(line)
         cost = turn.get("cost") or 0.0
         previous = self.turns.get(number)
@@ -147,6 +149,55 @@ class Recording:
             return {"usage": usage or None, "cost": cost}
         usage, cost = _sum([(self.base_usage, self.base_cost), *self.turns.values()])
         return {"usage": usage, "cost": cost}
+
+
+class _Context:
+    """Each turn's request history as a delta on the previous turn's (`context` in a
+    `model_turns.jsonl` line): how many leading messages it kept, the new ones after
+    them, `reset` when it did not keep them all (compacted, or another conversation),
+    and the request's `tools`/`system`/`instructions` when they changed (null: gone)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[int, list[Any], dict[str, Any]] = (0, [], {})
+        self.before: tuple[int, list[Any], dict[str, Any]] = (0, [], {})
+
+    def delta(self, number: int, request: Any) -> dict[str, Any]:
+        body = request if isinstance(request, dict) else {}
+        history = _history(body)
+        extras = {k: body[k] for k in _EXTRAS if k in body}
+        if number == self.last[0]:  # a retried turn: relative to the turn before it
+            self.last = self.before
+        base_number, base, base_extras = self.last
+        if base_number != number - 1:
+            base, base_extras = [], {}
+        kept = _common(base, history)
+        out: dict[str, Any] = {"kept": kept, "new": history[kept:]}
+        if kept < len(base):
+            out["reset"] = True
+        out.update({k: extras.get(k) for k in _EXTRAS if base_extras.get(k) != extras.get(k)})
+        self.before, self.last = self.last, (number, history, extras)
+        return out
+
+
+_EXTRAS = ("tools", "system", "instructions")
+
+
+def _history(body: dict[str, Any]) -> list[Any]:
+    """The conversation a request carries: chat and Anthropic `messages`, Responses
+    `input` (a string is one user message)."""
+    history = body.get("messages", body.get("input"))
+    if isinstance(history, str):
+        return [{"role": "user", "content": history}]
+    return list(history) if isinstance(history, list) else []
+
+
+def _common(a: list[Any], b: list[Any]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _sum(items: Iterable[tuple[dict[str, Any], Any]]) -> tuple[dict[str, int], float]:

@@ -4,6 +4,12 @@ Tokens are fake but stable: text splits into word-like pieces (a space joins the
 after it, as BPE vocabularies do), a piece's id is its CRC-32 modulo a vocabulary size,
 and its logprob derives from the same hash. So the same text always yields the same
 ids and logprobs, and `completion_tokens` equals the number of ids returned.
+
+Prompt ids (vLLM's `return_token_ids`) come from a toy chat template: each message is a
+role token (`<|user|>`) and its pieces (text, then each tool call's name and
+arguments), and the prompt ends with `<|assistant|>`. An assistant message renders to
+exactly the ids it was generated as, so a conversation's next prompt extends the last
+prompt and completion, as a real template does.
 """
 
 from __future__ import annotations
@@ -139,6 +145,8 @@ def make_turn(request: FakeRequest, reply: Reply, serial: str) -> Turn:
         chunk_delay=reply.chunk_delay,
     )
     _apply_options(turn, request, body)
+    if turn.prompt_ids is not None and reply.input_tokens is None:
+        turn.input_tokens = len(turn.prompt_ids)
     return turn
 
 
@@ -165,17 +173,33 @@ def _apply_options(turn: Turn, request: FakeRequest, body: dict[str, Any]) -> No
             turn.top_logprobs = int(body.get("top_logprobs") or 0)
             turn.as_token_ids = bool(body.get("return_tokens_as_token_ids"))
         if body.get("return_token_ids"):
-            turn.prompt_ids = _prompt_ids(request.body, turn.input_tokens)
+            turn.prompt_ids = _prompt_ids(request.messages)
     elif request.api == "responses" and "message.output_text.logprobs" in (
         body.get("include") or ()
     ):
         turn.top_logprobs = int(body.get("top_logprobs") or 0)
 
 
-def _prompt_ids(raw: bytes, count: int) -> list[int]:
-    """Stable ids for the prompt: requests sharing a prefix share an id prefix."""
-    padded = raw.ljust(4 * count, b" ")
-    return [int.from_bytes(padded[i : i + 4], "little") % VOCAB for i in range(0, 4 * count, 4)]
+def _prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
+    """The toy chat template's ids for `messages`, ending with the assistant's turn."""
+    ids: list[int] = []
+    for message in messages:
+        ids.append(token_id(f"<|{message.get('role')}|>"))
+        ids += [token_id(p) for p in _message_pieces(message)]
+    ids.append(token_id("<|assistant|>"))
+    return ids
+
+
+def _message_pieces(message: dict[str, Any]) -> list[str]:
+    """A message's tokens: its text, then each tool call's name and arguments."""
+    content = message.get("content")
+    out = pieces(content) if isinstance(content, str) else []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            out += pieces(str(function.get("name") or ""))
+            out += pieces(str(function.get("arguments") or ""))
+    return out
 
 
 def groups(tokens: list[str], chunks: int | None) -> list[list[str]]:
