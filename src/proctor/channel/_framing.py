@@ -9,12 +9,16 @@ The work per frame is bounded: both passes are linear in the frame (at most two 
 parsers' worth), and no integer literal past the limit reaches the stdlib's quadratic
 conversion. Only when such a frame is also nested deeper than the interpreter's
 recursion limit does orjson's float stand.
+
+A pydantic model anywhere in a frame (a prompt of MCP `PromptMessage`s, as HUD's
+environments yield) is sent as HUD's server sends it: `model_dump(mode="json")`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from typing import Any
 
 import orjson
@@ -50,12 +54,14 @@ def encode(obj: Any) -> bytes:
         TypeError: `obj` is not JSON (unknown types, NaN, cycles, lone surrogates).
     """
     try:
-        return orjson.dumps(obj) + b"\n"
+        return orjson.dumps(obj, default=_model_json) + b"\n"
     except TypeError:
         pass
     # orjson refuses integers past 64 bits and non-string keys; the stdlib does not.
     try:
-        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(
+            obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_model_json
+        )
         line = text.encode() + b"\n"
     except ValueError as exc:  # also an integer past the interpreter's 4300 digits
         raise TypeError(f"not JSON: {exc}") from None
@@ -64,6 +70,14 @@ def encode(obj: Any) -> bytes:
     except ParseError as exc:
         raise TypeError(f"not JSON for the wire: {exc}") from None
     return line
+
+
+def _model_json(obj: Any) -> Any:
+    """A pydantic model as plain JSON values, as HUD's server sends it; else refuse."""
+    pydantic = sys.modules.get("pydantic")  # a model exists only once pydantic is loaded
+    if pydantic is not None and isinstance(obj, pydantic.BaseModel):
+        return obj.model_dump(mode="json")
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
 def decode(line: bytes) -> Any:
