@@ -102,7 +102,17 @@ class TemplateError(ProctorError, TypeError):
 
 
 class TaskError(ProctorError):
-    """A task failed on the environment's side; the message names the task."""
+    """A task failed on the environment's side; the message names the task.
+
+    `phase` names the lifecycle hook at fault (`"setup"`, `"finalize"`), else None.
+    """
+
+    def __init__(self, message: str, *, phase: str | None = None) -> None:
+        super().__init__(message)
+        self.phase = phase
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_task_error, (str(self), self.phase))
 
 
 class TasksetError(ProctorError, ValueError):
@@ -278,3 +288,8 @@ class Terminated(Exception):
 
 # Exported from `proctor`; the CLI and HTTP internals keep theirs private.
 publish(globals(), set(__all__) - {"Abort", "CLIError", "Terminated"}, "proctor")
+
+
+def _task_error(message: str, phase: str | None) -> TaskError:
+    """Unpickle a `TaskError` with its phase (keyword-only, so `args` cannot carry it)."""
+    return TaskError(message, phase=phase)

@@ -126,6 +126,16 @@ class EnvClient:
         """Send the answer and return the evaluation `{score, ...}`."""
         return await self._call_object("tasks.grade", {"answer": answer, **extra})
 
+    async def solve(self) -> Any:
+        """Run the task's reference solution in the substrate (`tasks.solve`); its answer.
+
+        The task stays in progress: `grade(answer)` comes next.
+        """
+        result = await self._call_object("tasks.solve", {})
+        if "answer" not in result:
+            raise ProtocolError(f"{self.url}: tasks.solve result has no answer")
+        return result["answer"]
+
     async def cancel(self) -> bool:
         """Cancel this session's task (interrupting a running start/grade)."""
         return bool((await self._call_object("tasks.cancel", {}, overtake=True)).get("cancelled"))

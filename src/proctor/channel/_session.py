@@ -1,7 +1,7 @@
 """A control session: JSON-RPC calls on one connection (hello, tasks.*, bye, tunnel).
 
 `_Session` runs over any `_Connection` of an `EnvServer`: it answers `hello` (checking
-the token and resuming or adopting a parked task), starts, grades and cancels the
+the token and resuming or adopting a parked task), starts, solves, grades and cancels the
 task it holds, and parks that task when its connection goes away mid-task.
 """
 
@@ -198,6 +198,13 @@ class _Session:
             runner = self.server.unpark(parked[0]).runner
         self._begin(rid, self._grade(rid, runner, params))
 
+    def solve(self, rid: Any, params: dict[str, Any]) -> None:
+        runner = self.runner
+        if runner is None:
+            self.error(rid, INVALID_REQUEST, "no task in progress")
+            return
+        self._begin(rid, self._solve(rid, runner))
+
     def cancel(self, rid: Any, params: dict[str, Any]) -> None:
         if self.call is None and self.runner is None:
             self.reply(rid, {"cancelled": False})
@@ -283,17 +290,32 @@ class _Session:
             return
         self.reply(rid, result)
 
+    async def _solve(self, rid: Any, runner: TaskRunner) -> None:
+        try:
+            answer = await runner.solve()
+        except asyncio.CancelledError:
+            self.error(rid, TASK_ERROR, INTERRUPTED)
+            raise
+        except Exception as exc:
+            self._failed(rid, runner.task_id, exc)
+            return
+        self.reply(rid, {"answer": answer})
+
     def _failed(self, rid: Any, what: str, exc: Exception) -> None:
         """Answer a failure: a `TaskError` as it is, anything else as a crash of `what`.
 
         The error's `data.traceback` is the traceback of the environment's code that
         raised (a `TaskError`'s cause), when there is one; secret values of this
         process's environment are redacted from it, from the message and from the log.
+        A lifecycle hook's failure also says which (`data.phase`: setup, finalize).
         """
         if isinstance(exc, TaskError):
             message = redact(str(exc))
             log.info("task failed: %s", message)
-            self.error(rid, TASK_ERROR, message, _traceback_data(exc.__cause__))
+            data = _traceback_data(exc.__cause__)
+            if exc.phase is not None:
+                data = {**(data or {}), "phase": exc.phase}
+            self.error(rid, TASK_ERROR, message, data)
         else:  # the environment's code is at fault, not the client's request
             message = redact(f"{what}: {type(exc).__name__}: {exc}")
             data = _traceback_data(exc)
@@ -318,6 +340,7 @@ _HANDLERS: dict[str, Callable[[_Session, Any, dict[str, Any]], None]] = {
     "tasks.list": _Session.list_tasks,
     "tasks.start": _Session.start,
     "tasks.grade": _Session.grade,
+    "tasks.solve": _Session.solve,
     "tasks.cancel": _Session.cancel,
     "bye": _Session.bye,
     "tunnel.open": _Session.tunnel_in_session,

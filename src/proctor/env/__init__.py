@@ -1,8 +1,10 @@
-"""Authoring: environments, task templates, capabilities, graders."""
+"""Authoring: environments, task templates, capabilities, rewards, graders."""
 
 from .._public import publish
 from . import _graders as graders
+from . import _group_rewards as group_rewards
 from ._environment import Environment
+from ._rewards import GradeContext, GroupMember, GroupReward, TaskView, evaluate_group
 from ._runner import TaskRunner
 from ._shell import ShellClient, ShellResult, ShellServer
 from ._template import Template
@@ -12,12 +14,18 @@ __all__ = [
     "Answer",
     "Capability",
     "Environment",
+    "GradeContext",
+    "GroupMember",
+    "GroupReward",
     "ShellClient",
     "ShellResult",
     "ShellServer",
     "TaskRunner",
+    "TaskView",
     "Template",
+    "evaluate_group",
     "graders",
+    "group_rewards",
 ]
 
 publish(globals(), __all__, __name__)

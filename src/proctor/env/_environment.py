@@ -11,6 +11,7 @@ from typing import Any, TypeVar, overload
 
 from .._errors import TemplateError
 from ._mcp import McpHttpServer
+from ._rewards import INJECTABLE, GroupReward, Scoring, group_reward
 from ._shell import ShellServer
 from ._template import Template, TemplateFn
 from ._types import Capability
@@ -21,6 +22,7 @@ log = logging.getLogger("proctor.env")
 
 Hook = Callable[[], Awaitable[Any] | Any]
 H = TypeVar("H", bound=Hook)
+G = TypeVar("G", bound=Callable[..., Any])
 
 _BY_NAME: weakref.WeakValueDictionary[str, Environment] = weakref.WeakValueDictionary()
 
@@ -30,8 +32,11 @@ def registered(name: str) -> Environment | None:
     return _BY_NAME.get(name)
 
 
-class Environment:
+class Environment(Scoring):
     """Where an agent acts: task templates plus the capabilities it may use.
+
+    `@env.reward`, `.metric`, `.setup` and `.finalize` register functions for every
+    template (see `Scoring`); `@env.group_reward` one computed across a group's rollouts.
 
     Args:
         name: the environment's name; `Task.env` rows refer to it.
@@ -42,10 +47,13 @@ class Environment:
     def __init__(
         self, name: str, version: str = "0.1.0", capabilities: Iterable[Capability] = ()
     ) -> None:
+        super().__init__()
         self.name = name
         self.version = version
         self.tasks: dict[str, Template] = {}
+        self.group_rewards: list[GroupReward] = []
         self._capabilities: dict[str, Capability] = {}
+        self._servers: dict[str, Any] = {}  # capability name -> the object injected by name
         self._init_hooks: list[Hook] = []
         self._shutdown_hooks: list[Hook] = []
         for cap in capabilities:
@@ -69,6 +77,7 @@ class Environment:
         if capability.name in self._capabilities:
             raise TemplateError(f"{self.name}: duplicate capability {capability.name!r}")
         self._capabilities[capability.name] = capability
+        self._servers.setdefault(capability.name, capability)
 
     def add_shell(
         self,
@@ -90,6 +99,7 @@ class Environment:
         through the returned server's `run()`. Arguments are `ShellServer`'s.
         """
         server = ShellServer(cwd=cwd, env=env, shell=shell, timeout=timeout, max_output=max_output)
+        self._servers[name] = server
 
         async def start_shell() -> None:
             self.add_capability(Capability(name, "shell", await server.start()))
@@ -112,6 +122,7 @@ class Environment:
         `pip install 'proctor[mcp]'`.
         """
         http = McpHttpServer(server, path=path)
+        self._servers[name] = server
 
         async def start_mcp() -> None:
             self.add_capability(Capability(name, "mcp", await http.start()))
@@ -139,6 +150,7 @@ class Environment:
         description: str = "",
         input: Any = None,
         returns: Any = None,
+        solution: Callable[..., Any] | None = None,
     ) -> Callable[[TemplateFn], Template]: ...
 
     def template(
@@ -150,14 +162,18 @@ class Environment:
         description: str = "",
         input: Any = None,
         returns: Any = None,
+        solution: Callable[..., Any] | None = None,
     ) -> Template | Callable[[TemplateFn], Template]:
         """Register a two-yield async generator as a task template.
 
         Usable bare (`@env.template`) or with options. The first yield is the prompt,
-        the second the reward.
+        the second the reward (optional when rewards are registered). `solution` is
+        the reference solution: injected like a reward, it returns the answer
+        (`tasks.solve`).
 
         Raises:
-            TemplateError: duplicate id, or not an async generator function.
+            TemplateError: duplicate id, not an async generator function, or a
+                solution taking a name that cannot be injected.
         """
 
         def register(f: TemplateFn) -> Template:
@@ -165,12 +181,56 @@ class Environment:
             if tid in self.tasks:
                 raise TemplateError(f"{self.name}: duplicate template id {tid!r}")
             tpl = Template(
-                self.name, f, id=tid, description=description, input=input, returns=returns
+                self.name,
+                f,
+                id=tid,
+                description=description,
+                input=input,
+                returns=returns,
+                solution=solution,
+                scope=self,
             )
             self.tasks[tid] = tpl
             return tpl
 
         return register(fn) if fn is not None else register
+
+    @overload
+    def group_reward(self, fn: G, /) -> G: ...
+    @overload
+    def group_reward(
+        self, fn: None = None, /, *, weight: float = 0.0, name: str | None = None
+    ) -> Callable[[G], G]: ...
+
+    def group_reward(
+        self, fn: G | None = None, /, *, weight: float = 0.0, name: str | None = None
+    ) -> G | Callable[[G], G]:
+        """Register `fn(runs: list[GroupMember]) -> list[float] | float`, run by the driver.
+
+        It runs once every rollout of a group has ended (`evaluate_group`); one number
+        goes to every member. With `weight > 0` its values also become grade subscores.
+
+        Raises:
+            TemplateError: not callable, a bad weight, or a name already registered.
+        """
+
+        def register(f: G) -> G:
+            made = group_reward(f, weight=weight, name=name)
+            if any(g.name == made.name for g in self.group_rewards):
+                raise TemplateError(f"{self.name}: duplicate group reward {made.name!r}")
+            self.group_rewards.append(made)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def _known_names(self) -> frozenset[str]:
+        return INJECTABLE | set(self._servers)
+
+    def _taken_names(self) -> set[str]:
+        return super()._taken_names().union(*(t._taken_names() for t in self.tasks.values()))
+
+    def _objects(self) -> Mapping[str, Any]:
+        return self._servers
 
     def initialize(self, fn: H) -> H:
         """Register a hook run (in order) before the environment serves."""

@@ -1,7 +1,8 @@
-"""`TaskRunner`: drives one template generator from its first yield to its second."""
+"""`TaskRunner`: drives one template from its setup hooks and first yield to its grade."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -10,6 +11,8 @@ from typing import Any
 
 from .._errors import TaskError
 from ..records._records import Grade
+from ._compose import compose, with_metrics
+from ._rewards import Context, Scorer
 from ._template import Template
 
 __all__ = ["TaskRunner"]
@@ -20,10 +23,12 @@ log = logging.getLogger("proctor.env")
 class TaskRunner:
     """One suspended task: `start` runs to the prompt, `grade` to the score.
 
+    `solve` runs the template's reference solution in between.
+
     Single use: grade or cancel consumes the generator and runs its teardown.
     """
 
-    __slots__ = ("_gen", "_kwargs", "template")
+    __slots__ = ("_ctx", "_gen", "_kwargs", "_plan", "template")
 
     def __init__(self, template: Template, args: dict[str, Any]) -> None:
         """Bind args now, so bad args fail before any task code runs.
@@ -34,6 +39,8 @@ class TaskRunner:
         self.template = template
         self._kwargs = template.bind(args)
         self._gen: AsyncGenerator[Any, Any] | None = None
+        self._plan = template.plan()
+        self._ctx = Context(lambda: template.task_view(self._kwargs), self._plan.objects)
 
     @property
     def task_id(self) -> str:
@@ -41,11 +48,21 @@ class TaskRunner:
         return self.template.id
 
     async def start(self) -> dict[str, Any]:
-        """Run to the first yield and return the prompt frame.
+        """Run the setup hooks, then the template to its first yield; return the prompt frame.
+
+        The frame carries `needs` when the task's functions want the trace or a judge.
 
         Raises:
-            TaskError: the task raised, ended early, or yielded no prompt.
+            TaskError: a setup hook failed (`phase="setup"`), the task raised, ended
+                early, or yielded no prompt.
         """
+        await self._hooks(self._plan.setups, "setup")
+        frame = await self._first()
+        self._ctx.values["prompt"] = frame["prompt"]
+        needs = self._plan.needs
+        return {**frame, "needs": needs} if needs else frame
+
+    async def _first(self) -> dict[str, Any]:
         try:
             self._gen = self.template.fn(**self._kwargs)
             first = await self._gen.__anext__()
@@ -69,28 +86,84 @@ class TaskRunner:
         )
 
     async def grade(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Send the answer in and return the normalized second yield.
+        """Run the finalize hooks, send the answer in and return the grade.
+
+        Without rewards the grade is the normalized second yield; with rewards it is
+        composed from them (`_compose`). Metrics are added either way.
 
         Raises:
-            TaskError: the task raised or its score is not a finite number.
+            TaskError: a finalize hook failed (`phase="finalize"`), the task raised or
+                its score is not a finite number.
         """
         gen = self._gen
         if gen is None:
             raise TaskError(f"{self.task_id}: grade before start")
         self._gen = None
         try:
-            second = await gen.asend(self.template.parse_answer(payload.get("answer")))
-        except StopAsyncIteration:
-            return _warned(
-                {"score": 0.0}, self.task_id, "the template ended without a second yield; scored 0"
-            )
+            second = await self._send(gen, payload)
         except Exception as exc:
             await _close(gen, self.task_id)  # e.g. parse_answer raised: teardown still runs
+            if isinstance(exc, TaskError) and exc.phase is not None:
+                raise
             raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
         try:
-            return self._normalize(second)
+            return await self._score(second)
         finally:
             await _close(gen, self.task_id)
+
+    async def solve(self) -> Any:
+        """Run the template's reference solution in this substrate and return its answer.
+
+        Raises:
+            TaskError: not started, no solution declared, or the solution raised.
+        """
+        solution = self._plan.solution
+        if self._gen is None:
+            raise TaskError(f"{self.task_id}: solve before start")
+        if solution is None:
+            raise TaskError(f"{self.task_id}: declares no solution")
+        try:
+            return await self._ctx.call(solution)
+        except Exception as exc:
+            raise TaskError(f"{self.task_id}: solution: {type(exc).__name__}: {exc}") from exc
+
+    async def _send(self, gen: AsyncGenerator[Any, Any], payload: dict[str, Any]) -> Any:
+        """Finalize, then send the answer in: the second yield, or `_ENDED`."""
+        answer = self.template.parse_answer(payload.get("answer"))
+        self._ctx.graded(answer, payload)
+        await self._hooks(self._plan.finalizers, "finalize")
+        try:
+            return await gen.asend(answer)
+        except StopAsyncIteration:
+            return _ENDED
+
+    async def _score(self, second: Any) -> dict[str, Any]:
+        plan, task_id = self._plan, self.task_id
+        if second is _ENDED:
+            if plan.rewards:
+                return await compose(task_id, plan, self._ctx, None)
+            base = _warned(
+                {"score": 0.0}, task_id, "the template ended without a second yield; scored 0"
+            )
+        else:
+            base = self._normalize(second)
+            if plan.rewards:
+                return await compose(task_id, plan, self._ctx, base)
+        return await with_metrics(task_id, plan, self._ctx, base)
+
+    async def _hooks(self, hooks: tuple[Scorer, ...], phase: str) -> None:
+        """Run lifecycle hooks in order, each within its own timeout."""
+        for hook in hooks:
+            timer = asyncio.timeout(hook.timeout)
+            try:
+                async with timer:
+                    await self._ctx.call(hook)
+            except Exception as exc:
+                if timer.expired():
+                    message = f"{self.task_id}: {phase} timed out after {hook.timeout:g}s"
+                else:
+                    message = f"{self.task_id}: {phase} {hook.name}: {type(exc).__name__}: {exc}"
+                raise TaskError(message, phase=phase) from exc
 
     async def cancel(self) -> None:
         """Close the generator (its `finally` blocks run); safe to call twice."""
@@ -127,6 +200,8 @@ class TaskRunner:
                     return f
         raise TaskError(f"{self.task_id}: score must be a finite number; got {score!r:.80}")
 
+
+_ENDED: Any = object()  # the template ended without a second yield
 
 _GRADE_KEYS = frozenset({"score", "subscores", "info", "content", "done", "isError"})
 

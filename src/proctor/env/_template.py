@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._errors import TaskError, TemplateError
+from ._rewards import INJECTABLE, Plan, Scorer, Scoring, TaskView, scorer
 from ._types import Answer
 
 if TYPE_CHECKING:
@@ -23,10 +24,12 @@ TemplateFn = Callable[..., AsyncGenerator[Any, Any]]
 _PASS = object()  # marks a parameter whose values need no coercion
 
 
-class Template:
+class Template(Scoring):
     """A task template registered on an environment.
 
     Calling it with arguments mints a `Task` row; nothing runs until a server starts it.
+    `@template.reward`, `.metric`, `.setup` and `.finalize` register functions for this
+    template alone (see `Scoring`); `solution` is its reference solution, if any.
     """
 
     def __init__(
@@ -38,7 +41,11 @@ class Template:
         description: str = "",
         input: Any = None,
         returns: Any = None,
+        solution: Any = None,
+        scope: Scoring | None = None,
     ) -> None:
+        """`scope` is the environment whose functions run before this template's own."""
+        super().__init__()
         if not inspect.isasyncgenfunction(fn):
             raise TemplateError(
                 f"template {id!r}: {getattr(fn, '__qualname__', fn)!r} must be an async "
@@ -50,6 +57,10 @@ class Template:
         self.description = description or (inspect.getdoc(fn) or "").split("\n\n")[0]
         self.input = input
         self.returns = returns
+        self._scope = scope
+        self._solution: Scorer | None = None
+        if solution is not None:
+            self._solution = scorer(solution, self._known_names(), f"template {id!r} solution")
         self._params = inspect.signature(fn).parameters
         self._var_kw = any(p.kind is p.VAR_KEYWORD for p in self._params.values())
         self._required = frozenset(
@@ -71,6 +82,32 @@ class Template:
 
         self._check_names(args, TemplateError)
         return Task(env=self.env_name, id=self.id, args=args)
+
+    @property
+    def solution(self) -> Any:
+        """The reference solution function (`solution=`), or None."""
+        return None if self._solution is None else self._solution.fn
+
+    def plan(self) -> Plan:
+        """What a run of this template calls: its environment's functions, then its own."""
+        if self._scope is None:
+            return Plan.of([self], self._solution, {})
+        return Plan.of([self._scope, self], self._solution, self._scope._objects())
+
+    def task_view(self, args: dict[str, Any]) -> Any:
+        """The `task` injected for these bound args: the `input=` model, else a `TaskView`."""
+        if self.input is None:
+            return TaskView(self.id, dict(args))
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(self.input).validate_python(args)
+
+    def _known_names(self) -> frozenset[str]:
+        return INJECTABLE if self._scope is None else self._scope._known_names()
+
+    def _taken_names(self) -> set[str]:
+        taken = super()._taken_names()
+        return taken if self._scope is None else taken | Scoring._taken_names(self._scope)
 
     def bind(self, args: dict[str, Any]) -> dict[str, Any]:
         """Check and coerce args by the annotations, before any task code runs.
