@@ -22,6 +22,16 @@ async def capital(country: str, city: str):
 
 `normalized_match` and `f1` also accept a list of acceptable answers and score
 the best of them.
+
+Graders beyond text run something in the environment's substrate, or ask a model
+(async; use them in rewards, e.g. `@env.reward`):
+
+| grader          | does                                                               |
+|-----------------|--------------------------------------------------------------------|
+| `command`       | runs a shell command; 1.0 when its exit code and stdout are right  |
+| `run`           | runs a shell command and returns its `ShellResult`, to score       |
+| `run_uv_script` | runs a PEP 723 script with `uv run --script`, in an env of its own |
+| `judge`         | a reward `(prompt, answer, task, judge)`: a model scores by rubric |
 """
 
 from __future__ import annotations
@@ -33,7 +43,21 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["contains", "exact", "f1", "normalize", "normalized_match", "numeric"]
+from ._graders_exec import command, run, run_uv_script
+from ._judge import judge_reward as judge
+
+__all__ = [
+    "command",
+    "contains",
+    "exact",
+    "f1",
+    "judge",
+    "normalize",
+    "normalized_match",
+    "numeric",
+    "run",
+    "run_uv_script",
+]
 
 
 def _text(value: object) -> str:
