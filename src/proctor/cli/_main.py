@@ -141,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_show(commands)
     add_batch_parser(commands)
     _add_view(commands)
+    _add_validate(commands)
     return parser
 
 
@@ -392,6 +393,57 @@ def _add_view(commands: _Commands) -> None:
     )
     view.add_argument("--open", action="store_true", help="open the page in a browser")
     view.set_defaults(handler=_lazy("._view", "cmd_view"))
+
+
+def _add_validate(commands: _Commands) -> None:
+    """`proctor validate`."""
+    validate = commands.add_parser(
+        "validate",
+        help="check that a taskset's rows fit their environment; with --oracle, that "
+        "each task is solved by its reference solution and not by doing nothing",
+        description="Check every row of a taskset: it loads, its environment and template "
+        "exist and its args bind. With --oracle, run each task twice (as 'proctor run' "
+        "would): with its reference solution (the row's 'solution', else the template's), "
+        "which must score 1.0, and with a null agent answering nothing, which must score "
+        "below it. Prints the broken tasks with their reasons and a summary; exit 0 when "
+        "every task is ok, 1 when any is broken, 2 on a usage error.",
+    )
+    validate.add_argument("source", metavar="TASKSET", help="taskset file or folder")
+    validate.add_argument(
+        "--oracle", action="store_true", help="run the reference solution and a null agent"
+    )
+    validate.add_argument(
+        "-j",
+        "--max-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="rollouts at a time with --oracle (default: all for local and tcp, 2 per CPU "
+        "for the runtimes that start processes)",
+    )
+    validate.add_argument(
+        "--runtime",
+        default="local",
+        metavar="local|subprocess|warm|sandbox|sandbox-warm|tcp://H:P|unix:///P",
+        help="where environments run, as for 'proctor run' (default: in this process)",
+    )
+    validate.add_argument(
+        "--env", metavar="NAME", help="which environment, if the source has several"
+    )
+    validate.add_argument(
+        "--env-source",
+        metavar="PATH",
+        help="Python source defining the environment (default: TASKSET; needed for JSON "
+        "tasksets with local or subprocess runtimes)",
+    )
+    validate.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help="limit on each whole rollout (default: per phase, as 'proctor run')",
+    )
+    _add_connect(validate)
+    _add_json(validate)
+    validate.set_defaults(handler=_lazy("._validate", "cmd_validate"))
 
 
 def _add_model_options(run: argparse.ArgumentParser) -> None:

@@ -1,0 +1,141 @@
+"""`proctor validate`: check a taskset's rows and, with `--oracle`, that its tasks are sound."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from .._usererror import print_error
+from ._common import CLIError, print_json, read_token, run_async, split_source
+
+if TYPE_CHECKING:
+    from ..engine import Timeouts
+    from ..env import Environment
+    from ..tasks import Taskset, ValidationReport
+    from ._run import _Plan
+
+__all__ = ["cmd_validate"]
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Validate the taskset; exit 0 when every row is ok, 1 when any is broken, 2 on a
+    usage error (a bad option, a missing file)."""
+    from .._errors import TasksetError
+    from ..tasks import Taskset, ValidationReport
+
+    try:
+        setup = _setup(args)
+    except CLIError as exc:
+        print_error(str(exc))
+        return 2
+    try:
+        taskset = Taskset.from_file(setup.source)
+    except TasksetError as exc:
+        report = ValidationReport(setup.source, args.oracle, [], error=str(exc))
+        return _report(args, report, {})
+    report = run_async(_validate(args, setup, taskset), fast=True)
+    return _report(args, report, _places(setup.source, taskset))
+
+
+@dataclass(slots=True)
+class _Setup:
+    """Where the environments run: what `proctor run`'s `_provider` reads of a plan."""
+
+    source: str
+    runtime: str
+    env_source: str
+    env_name: str | None
+    token: str | None
+    timeouts: Timeouts
+    max_concurrent: int | None
+    served: Environment | None = None
+
+
+def _setup(args: argparse.Namespace) -> _Setup:
+    """The options checked, as `proctor run` checks them (its helpers, imported).
+
+    Raises:
+        CLIError: a usage error.
+    """
+    from ..engine import Timeouts
+    from ._run import _CHILDREN, _check_files, _parse_runtime
+
+    source, env_name = split_source(args.source, args.env)
+    if not os.path.lexists(source):
+        raise CLIError(f"{source}: no such file")
+    runtime = _parse_runtime(args.runtime)
+    env_source = args.env_source or source
+    _check_files(argparse.Namespace(output=None, output_dir=None), runtime, env_source)
+    timeouts = Timeouts(rollout=args.timeout) if args.timeout else Timeouts.bounded()
+    max_concurrent = args.max_concurrency
+    if max_concurrent is None and runtime in _CHILDREN:
+        max_concurrent = 2 * (os.cpu_count() or 1)
+    return _Setup(
+        source,
+        runtime,
+        env_source,
+        env_name,
+        read_token(args.token_env),
+        dataclasses.replace(timeouts, connect=args.ready_timeout),
+        max_concurrent,
+    )
+
+
+async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -> ValidationReport:
+    """Bring the runtime up as `proctor run` does and validate every row on it."""
+    from ..tasks import validate
+    from ._run import _provider, _remote
+
+    envs = sorted({task.env for task in taskset})
+    if setup.env_name is None and len(envs) == 1 and not _remote(setup.runtime):
+        setup.env_name = envs[0]  # picks the rows' environment when the source has several
+    if setup.runtime == "local":
+        from ..runtimes import find_environment
+
+        setup.served = find_environment(setup.env_source, setup.env_name)
+    async with contextlib.AsyncExitStack() as stack:
+        runtime = await stack.enter_async_context(_provider(cast("_Plan", setup)))
+        return await validate(
+            taskset,
+            runtime=runtime,
+            oracle=args.oracle,
+            max_concurrent=setup.max_concurrent,
+            timeout=setup.timeouts,
+        )
+
+
+def _places(source: str, taskset: Taskset) -> dict[str, str]:
+    """Each row's `file:line (slug)`, or `file row N (slug)`."""
+    from ._run import _row_places
+
+    places = _row_places(source, taskset)
+    return {s: p if p.endswith(f"({s})") else f"{p} ({s})" for s, p in places.items()}
+
+
+def _report(args: argparse.Namespace, report: ValidationReport, places: dict[str, str]) -> int:
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        _print(report, places)
+    return 0 if report.ok else 1
+
+
+def _print(report: ValidationReport, places: dict[str, str]) -> None:
+    out = sys.stdout
+    if report.error is not None:
+        print(f"broken: {report.error}", file=out)
+        print(f"{report.taskset}: the taskset could not be loaded", file=out)
+        return
+    for check in report.broken:
+        print(f"broken: {places.get(check.slug, check.slug)}: {check.reason}", file=out)
+    total, broken = len(report.tasks), len(report.broken)
+    how = "rows and oracle runs" if report.oracle else "rows only; --oracle also runs them"
+    print(
+        f"{report.taskset}: {total} tasks, {total - broken} ok, {broken} broken ({how})",
+        file=out,
+    )
