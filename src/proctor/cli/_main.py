@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .._usererror import print_error, print_remote_traceback, user_message
 from ._batch import add_batch_parser
 from ._common import Terminated
+from ._tasks import add_tasks_parser
 
 if TYPE_CHECKING:
     _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(commands)
     _add_show(commands)
     add_batch_parser(commands)
+    add_tasks_parser(commands)
     _add_view(commands)
     _add_validate(commands)
     return parser
