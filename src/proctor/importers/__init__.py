@@ -1,0 +1,29 @@
+"""Importers: task sources of other frameworks as proctor rows, graded their own way.
+
+- Harbor / Terminal-Bench task directories: `harbor_tasks` (rows), `HarborRuntime`
+  (each row in a container of its task's image, tests run there after the agent).
+- OpenEnv environments: `openenv_environment` (an OpenEnv server behind `reset` and
+  `step` MCP tools, graded by the rewards it returns).
+
+`detect(path)` recognizes any of them and returns a `Source` (rows, environment,
+runtime) for `Taskset.from_file` and `proctor run`. Heavy dependencies load lazily.
+"""
+
+from .._public import publish
+from ._harbor import harbor_tasks
+from ._harbor_runtime import HarborRuntime
+from ._openenv import OpenEnvSession, openenv_environment, openenv_source
+from ._source import Source, detect, harbor_source
+
+__all__ = [
+    "HarborRuntime",
+    "OpenEnvSession",
+    "Source",
+    "detect",
+    "harbor_source",
+    "harbor_tasks",
+    "openenv_environment",
+    "openenv_source",
+]
+
+publish(globals(), __all__, __name__)

@@ -1,0 +1,179 @@
+"""Harbor task images: the task's `environment/Dockerfile` built, proctor layered on top.
+
+The task image is built with the engine's `build` from the task's environment folder
+(tagged with a hash of that folder, so an unchanged task is a lookup). Proctor's
+environment server then needs this machine's interpreter and proctor inside: the files
+`python_image` would hold (the interpreter, its standard library and shared
+libraries, proctor and its requirements, each at its own path) are added as one layer
+over the task image, without the task image's `/etc` files being touched. The result
+is tagged with a hash of the task image id and those files.
+
+A task image whose system holds other versions of the same shared libraries at the
+same paths gets this machine's: the task's own programs keep working when this
+machine's C library is at least as new as the image's (true of the usual Debian or
+Ubuntu task images on a current host).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import IO
+
+from .._errors import RuntimeLaunchError
+from ..runtimes._image import _ETC, _closure, _Files
+
+__all__ = ["build_harbor_image"]
+
+TASK_REPOSITORY = "localhost/proctor-harbor-task"
+REPOSITORY = "localhost/proctor-harbor"
+_FORMAT = b"proctor-harbor-image/1"  # bump when the layering below changes
+_SKIP = frozenset({"tmp", "proc", "sys", "dev", "etc", *_ETC})  # the task image's own
+# Harbor's folders in the container, made here so a read-only `/` is no obstacle.
+_HARBOR_DIRS = ("logs", "logs/agent", "logs/verifier", "tests", "solution")
+
+
+async def build_harbor_image(
+    exe: list[str],
+    environment: str,
+    *,
+    docker_image: str | None = None,
+    oci_runtime: str | None = None,
+    build_timeout: float = 600.0,
+) -> str:
+    """The image a Harbor task's container runs: its own image with proctor added.
+
+    Args:
+        exe: the engine command (`resolve_engine()`).
+        environment: the task's `environment/` folder (holding its Dockerfile).
+        docker_image: a prebuilt image to start from instead (`[environment]
+            docker_image`); it must already be on this machine.
+        oci_runtime: the engine's OCI runtime for `RUN` steps (`--runtime`).
+        build_timeout: seconds each build may take.
+
+    Raises:
+        RuntimeLaunchError: the build failed or ran past `timeout`.
+    """
+    folder = Path(environment)
+    base = docker_image or await _task_image(exe, folder, oci_runtime, build_timeout)
+    base_id = await _image_id(exe, base)
+    files = await asyncio.to_thread(_proctor_files)
+    digest = await asyncio.to_thread(_digest, base_id, files)
+    ref = f"{REPOSITORY}:{digest[:16]}"
+    if await _image_id(exe, ref, missing_ok=True):
+        return ref
+    with tempfile.TemporaryDirectory(prefix="proctor-harbor-") as context:
+        await asyncio.to_thread(_write_context, context, base_id, files)
+        dockerfile = os.path.join(context, "Dockerfile")
+        await _build(exe, ref, context, dockerfile, None, build_timeout)
+    return ref
+
+
+async def _task_image(exe: list[str], folder: Path, oci_runtime: str | None, limit: float) -> str:
+    """Build (or find) the image of the task's own Dockerfile."""
+    if not (folder / "Dockerfile").is_file():
+        raise RuntimeLaunchError(f"{folder}: no Dockerfile (and no [environment] docker_image)")
+    digest = await asyncio.to_thread(_tree_digest, folder)
+    ref = f"{TASK_REPOSITORY}:{digest[:16]}"
+    if not await _image_id(exe, ref, missing_ok=True):
+        await _build(exe, ref, str(folder), str(folder / "Dockerfile"), oci_runtime, limit)
+    return ref
+
+
+async def _build(
+    exe: list[str], ref: str, context: str, dockerfile: str, oci: str | None, limit: float
+) -> None:
+    argv = [*exe, "build", "-q", "-t", ref, "-f", dockerfile]
+    argv += ["--runtime", oci] if oci else []
+    code, _, err = await _run([*argv, context], limit)
+    if code != 0:
+        raise RuntimeLaunchError(f"building {ref} from {context}: {err.strip()[-2000:]}")
+
+
+async def _image_id(exe: list[str], ref: str, *, missing_ok: bool = False) -> str:
+    """The image's id; "" for a missing image when `missing_ok`."""
+    code, out, err = await _run([*exe, "image", "inspect", "--format", "{{.Id}}", ref], 60.0)
+    if code == 0:
+        return out.strip()
+    if missing_ok:
+        return ""
+    raise RuntimeLaunchError(f"no image {ref} on this machine: {err.strip()}")
+
+
+async def _run(argv: list[str], limit: float) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(limit):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeLaunchError(f"{' '.join(argv[:2])} ran past {limit:g}s") from None
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _proctor_files() -> _Files:
+    """What `python -m proctor.serve` needs from this machine (as `python_image` has)."""
+    files = _Files()
+    files.add_python()
+    for name in _closure(("proctor",)):
+        files.add_distribution(name)
+    files.add_libraries()
+    return files
+
+
+def _digest(base_id: str, files: _Files) -> str:
+    h = hashlib.sha256(_FORMAT + b"\0" + base_id.encode())
+    h.update(files.digest([]).encode())
+    return h.hexdigest()
+
+
+def _tree_digest(folder: Path) -> str:
+    """A hash of every file's path, mode and content under `folder`."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{path.relative_to(folder)}\0{path.stat().st_mode & 0o777}\0".encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _write_context(context: str, base_id: str, files: _Files) -> None:
+    """A build context adding the proctor layer (`_write_layer`) to `base_id`."""
+    with open(os.path.join(context, "proctor.tar"), "wb") as out:
+        _write_layer(files, out)
+    Path(context, "Dockerfile").write_text(f"FROM {base_id}\nADD proctor.tar /\n")
+
+
+def _write_layer(files: _Files, out: IO[bytes]) -> None:
+    """The proctor layer as a tar archive, less what the task image owns (`/etc`, ...),
+    with Harbor's folders (`/logs/verifier`, `/tests`, ...)."""
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in _HARBOR_DIRS:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for info, content in files.members(compiled=True):
+            if info.name.split("/")[0] in _SKIP or info.name in _SKIP:
+                continue
+            if isinstance(content, bytes):
+                tar.addfile(info, io.BytesIO(content))
+            elif content is None:
+                tar.addfile(info)
+            else:
+                with open(content, "rb") as f:
+                    tar.addfile(info, f)

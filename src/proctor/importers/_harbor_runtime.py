@@ -1,0 +1,134 @@
+"""`HarborRuntime`: each Harbor row in a container of its own task image."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._errors import RuntimeLaunchError
+from ..runtimes._base import Endpoint, Runtime
+from ..runtimes._container import SOCKET, ContainerRuntime, Engine, resolve_engine
+from ._harbor_image import build_harbor_image
+
+if TYPE_CHECKING:
+    from ..records._task import Task
+
+__all__ = ["HARBOR_SOURCE", "HarborRuntime"]
+
+HARBOR_SOURCE = str(Path(__file__).with_name("_harbor_env.py"))
+"""The `harbor` environment's source, served inside every task container."""
+_PORT = 8000
+
+
+class HarborRuntime(Runtime):
+    """Run each Harbor row (`harbor_tasks`) in a container of its task's image.
+
+    The first rollout of a task builds its image (`environment/Dockerfile` with the
+    engine's `build`, then this machine's Python and proctor layered on top; both
+    cached by content hash, so later runs and batches reuse them), then every rollout
+    gets a fresh container serving the `harbor` environment from that image, through
+    `ContainerRuntime` (capabilities dropped, no network by default, removed at
+    teardown). A row's `runtime_config["resources"]` (from `task.toml`'s `cpus` and
+    `memory_mb`) limits its container.
+
+    Args:
+        engine: "podman" or "docker"; default: podman if installed, else docker.
+        network: "none" (default; Harbor's `allow_internet = false`), or a network name
+            such as "bridge" for tasks that need to reach out.
+        oci_runtime: the engine's OCI runtime (`--runtime`), for builds and containers.
+        batch: the `proctor.batch` label of the containers (default: a fresh id).
+        mounts: bind mounts for every container, `HOST:CONTAINER[:ro|rw]`.
+        startup_timeout: seconds a container may take to serve.
+        stop_timeout: seconds between SIGTERM and SIGKILL at teardown.
+
+    Raises:
+        RuntimeLaunchError: no such engine is installed.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine | None = None,
+        network: str = "none",
+        oci_runtime: str | None = None,
+        batch: str | None = None,
+        mounts: Sequence[str] = (),
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 5.0,
+    ) -> None:
+        self._exe = resolve_engine(engine)
+        self.oci_runtime = oci_runtime
+        self.containers = ContainerRuntime(
+            command=_command(network),
+            engine=engine,
+            network=network,
+            port=_PORT,
+            oci_runtime=oci_runtime,
+            batch=batch,
+            mounts=mounts,
+            startup_timeout=startup_timeout,
+            stop_timeout=stop_timeout,
+        )
+        self._images: dict[tuple[str, str | None], str] = {}
+        self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
+
+    def __repr__(self) -> str:
+        return f"HarborRuntime(batch={self.containers.batch!r})"
+
+    def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
+        return self._endpoint(task)
+
+    async def __aenter__(self) -> HarborRuntime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.containers.reconcile()
+
+    async def image(self, task: Task) -> str:
+        """The image `task` runs in, built on first use.
+
+        Raises:
+            RuntimeLaunchError: the row names no Harbor environment, or the build failed.
+        """
+        harbor = _harbor_config(task)
+        key = (str(harbor.get("environment", "")), harbor.get("docker_image"))
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if key not in self._images:
+                self._images[key] = await build_harbor_image(
+                    self._exe,
+                    key[0],
+                    docker_image=key[1],
+                    oci_runtime=self.oci_runtime,
+                    build_timeout=float(harbor.get("build_timeout_sec", 600.0)),
+                )
+        return self._images[key]
+
+    @contextlib.asynccontextmanager
+    async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
+        config = {**(task.runtime_config or {}), "image": await self.image(task)}
+        async with self.containers(task.model_copy(update={"runtime_config": config})) as end:
+            yield end
+
+
+def _harbor_config(task: Task) -> Mapping[str, Any]:
+    harbor = (task.runtime_config or {}).get("harbor")
+    if not isinstance(harbor, Mapping) or not (
+        harbor.get("environment") or harbor.get("docker_image")
+    ):
+        raise RuntimeLaunchError(
+            f"{task.slug}: not a Harbor row (runtime_config.harbor names no environment)"
+        )
+    return harbor
+
+
+def _command(network: str) -> list[str]:
+    """`python -m proctor.serve` on the harbor source, by this interpreter's own path."""
+    argv = [sys.executable, "-m", "proctor.serve", HARBOR_SOURCE]
+    if network == "none":
+        return [*argv, "--unix", SOCKET]
+    return [*argv, "--host", "0.0.0.0", "--port", str(_PORT), "--token-env", "PROCTOR_TOKEN"]

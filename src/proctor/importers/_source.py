@@ -1,0 +1,74 @@
+"""`detect(path)`: a foreign task source recognized, as rows, an environment and a runtime."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._harbor import harbor_tasks, task_dirs
+
+if TYPE_CHECKING:
+    from ..env._environment import Environment
+    from ..records._task import Task
+    from ..runtimes._base import RuntimeLike
+
+__all__ = ["Source", "detect"]
+
+
+@dataclass
+class Source:
+    """Rows from a foreign format, with where they run.
+
+    Attributes:
+        kind: the format ("harbor", "openenv").
+        rows: the task rows.
+        environment: the environment serving them: an `Environment` object (served
+            in process), or the path of an environment source (served where the
+            runtime puts it).
+        runtime: the runtime the rows need (a fresh one; enter it with `async with`
+            when it is a context manager, so it cleans up), or None for any.
+    """
+
+    kind: str
+    rows: list[Task]
+    environment: Environment | str
+    runtime: RuntimeLike | None = field(default=None, repr=False)
+
+
+def detect(path: str | os.PathLike[str], **options: Any) -> Source | None:
+    """The foreign task source at `path`, or None when it is none proctor imports.
+
+    Recognized: a Harbor / Terminal-Bench task directory or a folder of them
+    (`task.toml` and `instruction.md`), and an OpenEnv environment folder
+    (`openenv.yaml`). `options` go to the importer (`harbor_source`,
+    `openenv_source`).
+
+    Raises:
+        ValueError: the source is recognized but malformed (the message names it).
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    if task_dirs(folder):
+        return harbor_source(folder, **options)
+    if (folder / "openenv.yaml").is_file():
+        from ._openenv import openenv_source
+
+        return openenv_source(folder, **options)
+    return None
+
+
+def harbor_source(path: str | os.PathLike[str], *, oracle: bool = False, **runtime: Any) -> Source:
+    """Harbor rows (`harbor_tasks`) with the `harbor` environment and a `HarborRuntime`.
+
+    Args:
+        path: a task directory or a folder of them.
+        oracle: rows that run the reference solution first (see `harbor_tasks`).
+        runtime: `HarborRuntime` options (engine, network, oci_runtime, ...).
+    """
+    from ._harbor_runtime import HARBOR_SOURCE, HarborRuntime
+
+    rows = harbor_tasks(path, oracle=oracle)
+    return Source("harbor", rows, HARBOR_SOURCE, HarborRuntime(**runtime))

@@ -1,0 +1,119 @@
+"""OpenEnv environments behind `reset`/`step` MCP tools, graded by their rewards.
+
+The environment is OpenEnv's echo example as `openenv-core` ships it (the template
+`openenv init` renders: reward 0.1 per character echoed), rendered into a temporary
+folder; it is served in the environment's process, or by uvicorn in a child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proctor import Run, Task
+from proctor.agents._tools import mcp_tools
+from proctor.engine import rollout
+from proctor.importers import detect, openenv_environment
+from proctor.runtimes import LocalRuntime
+
+pytest.importorskip("openenv.core", reason="needs `pip install 'proctor[openenv]'`")
+
+NAME = "echo_env"
+
+
+@pytest.fixture
+def echo_folder(tmp_path: Path) -> Path:
+    """openenv-core's echo template rendered as `openenv init echo_env` would."""
+    import openenv.cli.templates as templates  # type: ignore[import-untyped,unused-ignore]
+
+    source = Path(templates.__file__).parent / "openenv_env"
+    folder = tmp_path / NAME
+    shutil.copytree(source, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "server" / "__ENV_NAME___environment.py").rename(
+        folder / "server" / f"{NAME}_environment.py"
+    )
+    names = {"__ENV_NAME__": NAME, "__ENV_CLASS_NAME__": "EchoEnv", "__ENV_TITLE_NAME__": "Echo"}
+    for path in folder.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            for old, new in names.items():
+                text = text.replace(old, new)
+            path.write_text(text)
+    return folder
+
+
+class StepAgent:
+    """Sends each action through the `step` tool; keeps the tool results."""
+
+    def __init__(self, *actions: dict[str, Any]) -> None:
+        self.actions = actions
+        self.results: list[str] = []
+
+    async def __call__(self, run: Run) -> None:
+        async with AsyncExitStack() as stack:
+            tools = {t.name: t for t in await mcp_tools(run.binding("openenv").url, stack)}
+            assert set(tools) == {"reset", "step"}
+            for action in self.actions:
+                self.results.append((await tools["step"]({"action": action})).content)
+        run.trace.content = ""
+
+
+async def test_an_openenv_folder_is_detected_and_graded_by_the_sum_of_rewards(
+    echo_folder: Path,
+) -> None:
+    source = detect(echo_folder)
+    assert source is not None and source.kind == "openenv"
+    (row,) = source.rows
+    assert (row.env, row.id, row.slug) == (NAME, "episode", NAME)
+    agent = StepAgent({"message": "hello"}, {"message": "hi"})
+    run = await rollout(row, agent, runtime=LocalRuntime(source.environment))
+    assert run.status == "completed", run.error
+    assert run.reward == pytest.approx(0.7)  # 0.1 per character: 0.5 + 0.2
+    assert run.grade is not None and run.grade.info["steps"] == 2
+    assert '"echoed_message": "hello"' in agent.results[0]
+    assert "message" in run.prompt and "Echo environment ready!" in run.prompt
+
+
+@pytest.fixture
+async def child_server(echo_folder: Path) -> AsyncIterator[str]:
+    """The echo app served by uvicorn in a child process on a free loopback port."""
+    argv = [sys.executable, "-m", "uvicorn", "server.app:app", "--port", "0"]
+    argv += ["--host", "127.0.0.1", "--app-dir", str(echo_folder)]
+    proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    try:
+        while line := (await proc.stderr.readline()).decode():
+            if found := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
+                yield found.group(1)
+                break
+        else:
+            pytest.fail("uvicorn exited before serving")
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_a_running_openenv_server_graded_by_its_last_reward(child_server: str) -> None:
+    env = openenv_environment(base_url=child_server, name="echo-remote", aggregate="last")
+    row = Task(env="echo-remote", id="episode", args={"prompt": "Echo things."})
+    agent = StepAgent({"message": "hello"}, {"message": "hi"})
+    run = await rollout(row, agent, runtime=LocalRuntime(env))
+    assert run.status == "completed", run.error
+    assert run.prompt == "Echo things."
+    assert run.reward == pytest.approx(0.2)
+    assert run.grade is not None and run.grade.info["rewards"] == pytest.approx([0.5, 0.2])
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="an app or a base_url"):
+        openenv_environment()
+    with pytest.raises(ValueError, match="aggregate"):
+        openenv_environment(base_url="http://127.0.0.1:1", aggregate="mean")  # type: ignore[arg-type]
