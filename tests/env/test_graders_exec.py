@@ -153,6 +153,11 @@ def _cached(cache: str, package: str) -> bool:
     return any(Path(cache).rglob(f"{package}/__init__.py"))
 
 
+def _environments(cache: str) -> set[Path]:
+    """The environments uv keeps in `cache` (one per script path)."""
+    return {env for folder in Path(cache).glob("environments*") for env in folder.iterdir()}
+
+
 def _skip_if_offline(result: ShellResult) -> None:
     if result.exit_code != 0 and "Failed to fetch" in result.stderr:
         pytest.skip(f"uv cannot reach the package index: {result.stderr.strip()[:300]}")
@@ -170,6 +175,10 @@ async def test_a_uv_script_gets_its_dependency_and_this_interpreter_does_not(
     assert importlib.util.find_spec("tabulate") is None
     assert "tabulate" not in sys.modules
     assert _cached(uv_cache, "tabulate")
+    # uv made the script's environment once; a second run reuses it.
+    made = _environments(uv_cache)
+    assert (await graders.run_uv_script(TABULATE, ["c"], env={"UV_CACHE_DIR": uv_cache})).ok
+    assert _environments(uv_cache) == made
     # With the dependency cached, it runs offline.
     again = await graders.run_uv_script(
         TABULATE, ["b"], env={"UV_CACHE_DIR": uv_cache}, offline=True
@@ -216,4 +225,15 @@ async def test_a_clear_error_when_uv_is_missing(
     monkeypatch.setitem(sys.modules, "uv", None)  # the package is not installed
     monkeypatch.setenv("PATH", str(tmp_path))  # nor is a uv on PATH
     with pytest.raises(FileNotFoundError, match="needs uv: install it"):
+        await graders.run_uv_script(ENV_DUMP)
+
+
+async def test_a_shared_scripts_folder_that_is_not_private_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    folder = tmp_path / "scripts"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    monkeypatch.setattr("proctor.env._graders_exec.SCRIPTS", str(folder))
+    with pytest.raises(PermissionError, match="not a private folder"):
         await graders.run_uv_script(ENV_DUMP)

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib
 import os
 import re
 import shutil
+import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Literal, Protocol
 
 from .._environ import allowed_environ
@@ -34,6 +36,7 @@ __all__ = ["Match", "Shell", "command", "run", "run_uv_script", "uv_binary"]
 Match = Literal["contains", "regex", "exact"]
 
 MAX_OUTPUT = 1024 * 1024
+SCRIPTS = os.path.join(tempfile.gettempdir(), f"proctor-uv-scripts-{os.geteuid()}")
 _LINGER = 0.5  # seconds for pipes held open by a background process after the exit
 # What a uv script sees of this process's environment (plus `env=`): where things are
 # and how to reach the index, never a key. UV_OFFLINE passes only with `offline=None`.
@@ -165,10 +168,12 @@ async def run_uv_script(
     result = await graders.run_uv_script(VERIFY, [expected, answer])
     ```
 
-    The script is written to a private temporary folder and run by the `uv` of the
-    `uv` PyPI package (else the one on PATH). Its dependencies land in uv's cache
-    (`UV_CACHE_DIR`, else `~/.cache/uv`) and an ephemeral environment: never in this
-    interpreter's. It sees only `UV_ENV` of this process's variables, and `env`.
+    The script is written to this user's private folder of scripts (`SCRIPTS`, mode
+    0700), named after its content, and run by the `uv` of the `uv` PyPI package
+    (else the one on PATH) in a fresh private folder. Its dependencies land in uv's
+    cache (`UV_CACHE_DIR`, else `~/.cache/uv`) and an environment uv keeps there for
+    that script (made once, reused by every later run): never in this interpreter's.
+    It sees only `UV_ENV` of this process's variables, and `env`.
 
     Args:
         script: the script's source, with its `# /// script` header.
@@ -177,7 +182,8 @@ async def run_uv_script(
         env: more variables for the script (and uv).
         offline: True: uv only uses its cache (`--offline`); False: it may reach the
             index; None: as `UV_OFFLINE` says.
-        cwd: the script's working directory (default: its temporary folder).
+        cwd: the script's working directory (default: a fresh private folder,
+            removed afterwards).
         python: the interpreter uv builds the environment from (default `UV_PYTHON`
             when set, else this process's).
 
@@ -187,11 +193,12 @@ async def run_uv_script(
 
     Raises:
         FileNotFoundError: uv is not installed, or `cwd` is not a directory.
+        PermissionError: `SCRIPTS` exists but is not a private folder of this user.
     """
     uv = uv_binary()
+    path = _write_script(script)
     folder = owned_tempdir("uv-script")
     try:
-        path = _write(Path(folder, "script.py"), script)
         argv = [uv, "run", "--no-progress", *(["--offline"] if offline else [])]
         argv += [*_python_flag(python), "--script", path, *map(str, args)]
         where = _directory(folder if cwd is None else os.fspath(cwd))
@@ -225,9 +232,37 @@ def _directory(where: str | None) -> str | None:
     return where
 
 
-def _write(path: Path, text: str) -> str:
-    path.write_text(text, encoding="utf-8")
-    return str(path)
+def _write_script(script: str) -> str:
+    """The path of `script` in `SCRIPTS`, written there (atomically) unless it is already.
+
+    One path per content, so uv finds the environment it made for the script before
+    (uv keys a script's environment by its path) instead of making one per run.
+    """
+    folder = _private(SCRIPTS)
+    data = script.encode()
+    path = os.path.join(folder, f"script-{hashlib.sha256(data).hexdigest()[:20]}.py")
+    if not os.path.exists(path):
+        fd, part = tempfile.mkstemp(dir=folder, suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            os.replace(part, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise
+    return path
+
+
+def _private(folder: str) -> str:
+    """`folder`, made with mode 0700 if missing, checked to be this user's alone."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    info = os.lstat(folder)
+    mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+    if not mine or info.st_mode & 0o077:
+        raise PermissionError(f"{folder} is not a private folder of this user: remove it")
+    return folder
 
 
 def _python_flag(python: str | None) -> list[str]:
