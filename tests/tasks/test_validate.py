@@ -48,6 +48,26 @@ async def fragile(target: str):
 async def broken_start():
     raise RuntimeError("setup exploded")
     yield
+
+
+def say_target(task):
+    return task.target
+
+
+@checks.template(solution=say_target)
+async def solved(target: str):
+    answer = yield f"Say {target!r}."
+    yield 1.0 if answer == target else 0.0
+
+
+def wrong_solution(task):
+    raise ValueError("no idea")
+
+
+@checks.template(solution=wrong_solution)
+async def unsolvable(target: str):
+    answer = yield f"Say {target!r}."
+    yield 1.0 if answer == target else 0.0
 """
 
 
@@ -70,6 +90,14 @@ ORACLE = {
     "no-solution": _row("exact", "no-solution", target="a"),
     "crashes-on-none": _row("fragile", "crashes-on-none", "a", target="a"),
     "start-fails": _row("broken_start", "start-fails", "a"),
+}
+
+
+TEMPLATE_SOLUTIONS = {
+    "by-template": _row("solved", "by-template", target="a"),
+    "row-wins": _row("unsolvable", "row-wins", "a", target="a"),
+    "solution-raises": _row("unsolvable", "solution-raises", target="a"),
+    "row-overrides-wrongly": _row("solved", "row-overrides-wrongly", "b", target="a"),
 }
 
 
@@ -252,3 +280,19 @@ def test_report_to_dict_shape() -> None:
 async def test_max_concurrent_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_concurrent"):
         await validate(Taskset("rows", GOOD), max_concurrent=0)
+
+
+@pytest.mark.parametrize("where", ["local", "subprocess"])
+async def test_template_solutions_run_in_the_substrate(source: Path, where: str) -> None:
+    taskset = Taskset("solutions", TEMPLATE_SOLUTIONS.values())
+    report = await validate(taskset, runtime=_runtimes(source)[where], oracle=True)
+    checks = _by_slug(report)
+    assert [c.slug for c in report.broken] == ["solution-raises", "row-overrides-wrongly"]
+    assert checks["by-template"].reference_reward == 1.0
+    assert checks["row-wins"].reference_reward == 1.0  # the row's solution, not the template's
+    raised = checks["solution-raises"]
+    assert raised.reason == (
+        "the reference run failed in agent: unsolvable: solution: ValueError: no idea"
+    )
+    assert raised.errors == ["reference: agent: unsolvable: solution: ValueError: no idea"]
+    assert checks["row-overrides-wrongly"].reason == "the reference solution scored 0.0, not 1.0"

@@ -272,26 +272,26 @@ class _NoSolution(Exception):
 
 
 async def _reference(run: Run) -> None:
-    """The oracle agent: answers with the row's `solution`, else the template's."""
+    """The oracle agent: answers with the row's `solution`, else the template's
+    (`tasks.solve`, run in the substrate)."""
     if run.task.solution is not None:
         run.answer = run.task.solution
         return
+    from ..channel._messages import METHOD_NOT_FOUND
+
     assert run.client is not None
     try:
-        result = await run.client.call("tasks.solve", {})
+        run.answer = await run.client.solve()
     except RemoteError as exc:
-        if "declares no solution" in exc.message or exc.code == _METHOD_NOT_FOUND:
+        # A server without `tasks.solve` (HUD's, an older proctor) has no solutions either.
+        if exc.message.endswith(": declares no solution") or exc.code == METHOD_NOT_FOUND:
             raise _NoSolution(_NO_SOLUTION) from None
         raise
-    run.answer = result.get("answer") if isinstance(result, dict) else None
 
 
 async def _null(run: Run) -> None:
     """The null agent: answers None."""
     run.answer = None
-
-
-_METHOD_NOT_FOUND = -32601  # a server without `tasks.solve` has no solutions to give
 
 
 async def _oracle(
