@@ -22,13 +22,16 @@ __all__ = ["find_environment", "load_agent", "load_module", "load_object", "sour
 _LOADED: dict[Path, ModuleType] = {}
 
 
-def load_module(path: str | Path) -> ModuleType:
+def load_module(path: str | Path, *, compat: str | None = None) -> ModuleType:
     """Import a `.py` file (or a package directory) by path; cached by resolved path.
 
-    The file's directory joins `sys.path` so sibling imports work.
+    The file's directory joins `sys.path` so sibling imports work. With `compat`
+    (`"hud"`), the file and the modules of its folder import that framework's authoring
+    names as proctor's (`proctor.compat.activate`).
 
     Raises:
         SourceError: the file is missing or raised while importing (file and line named).
+        ValueError: an unknown `compat`.
     """
     resolved = Path(path).resolve()
     if resolved in _LOADED:
@@ -52,6 +55,10 @@ def load_module(path: str | Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise SourceError(f"{path}: not a Python source")
     module = importlib.util.module_from_spec(spec)
+    if compat is not None:
+        from .compat import activate
+
+        module.__dict__["__builtins__"] = activate(compat, folder)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
@@ -76,9 +83,10 @@ def task_modules(folder: Path) -> list[Path]:
     return files
 
 
-def source_modules(source: str | Path) -> list[ModuleType]:
+def source_modules(source: str | Path, *, compat: str | None = None) -> list[ModuleType]:
     """The modules a source names: one file, a package, or a folder's task files
-    (`task_modules`) and its `env.py`, never its other modules.
+    (`task_modules`) and its `env.py`, never its other modules (`compat`: see
+    `load_module`).
 
     Raises:
         SourceError: a folder with none of those files.
@@ -91,8 +99,8 @@ def source_modules(source: str | Path) -> list[ModuleType]:
                 f"{source}: a folder source needs tasks.py, tasks_*.py or env.py "
                 "(no other module in it is imported; name a file to load it)"
             )
-        return [load_module(p) for p in files]
-    return [load_module(path)]
+        return [load_module(p, compat=compat) for p in files]
+    return [load_module(path, compat=compat)]
 
 
 def load_object(spec: str) -> object:
@@ -211,8 +219,11 @@ def _where(exc: BaseException, target: Path) -> str:
     return str(target)
 
 
-def find_environment(source: str | Path, name: str | None = None) -> Environment:
-    """The `Environment` defined in a source file or folder (by name when several).
+def find_environment(
+    source: str | Path, name: str | None = None, *, compat: str | None = None
+) -> Environment:
+    """The `Environment` defined in a source file or folder (by name when several);
+    `compat="hud"` loads a source written against HUD (see `load_module`).
 
     Raises:
         SourceError: the source fails to load, or holds no (or no such) environment.
@@ -220,7 +231,7 @@ def find_environment(source: str | Path, name: str | None = None) -> Environment
     from .env._environment import Environment
 
     envs: dict[str, Environment] = {}
-    for module in source_modules(source):
+    for module in source_modules(source, compat=compat):
         for value in vars(module).values():
             if isinstance(value, Environment):
                 envs.setdefault(value.name, value)

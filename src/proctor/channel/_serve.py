@@ -135,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="HUD's resume rules: no resume_token needed, a bare grade adopts the parked task",
     )
+    parser.add_argument(
+        "--compat",
+        choices=["hud"],
+        default=None,
+        help="serve a source written against HUD (`from hud import Environment`)",
+    )
     args = parser.parse_args(argv)
     return run_server(
         args.source,
@@ -145,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         args.park_ttl,
         unix=args.unix,
         legacy_resume=args.legacy_resume,
+        compat=args.compat,
     )
 
 
@@ -167,11 +174,13 @@ def run_server(
     json_out: bool = False,
     unix: str | None = None,
     legacy_resume: bool = False,
+    compat: str | None = None,
 ) -> int:
     """Load and serve a source; print one clear line and return 1 on a user error.
 
     With `json_out`, a JSON line `{url, host, port, env, version}` follows the port line
     (`{url, path, env, version}` after the Unix socket line when serving on `unix`).
+    With `compat="hud"` the source may be written against HUD (`proctor.compat`).
     """
     from .._loader import find_environment
 
@@ -183,7 +192,7 @@ def run_server(
             print_error(f"environment variable {token_env} is empty or unset")
             return 1
     try:
-        env = find_environment(source, env_name)
+        env = find_environment(source, env_name, compat=compat)
         asyncio.run(
             serve(
                 env,

@@ -190,6 +190,12 @@ def _add_serve(commands: _Commands) -> None:
         action="store_true",
         help="after the port line, print {url, host, port, env, version} as one JSON line",
     )
+    serve.add_argument(
+        "--compat",
+        choices=["hud"],
+        help="serve a source written against HUD ('from hud import Environment') without "
+        "HUD installed: its authoring names are mapped onto proctor's (docs/hud.md)",
+    )
     serve.set_defaults(handler=_lazy("._serve", "cmd_serve"))
 
 

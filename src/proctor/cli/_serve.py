@@ -24,4 +24,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.json,
         unix=args.unix,
         legacy_resume=args.legacy_resume,
+        compat=args.compat,
     )
