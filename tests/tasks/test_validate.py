@@ -50,6 +50,16 @@ async def broken_start():
     yield
 
 
+@checks.template
+async def rewarded(target: str):
+    yield f"Say {target!r}."
+
+
+@rewarded.reward
+def matches(task, answer):
+    return 1.0 if answer.strip() == task.target else 0.0
+
+
 def say_target(task):
     return task.target
 
@@ -98,6 +108,7 @@ TEMPLATE_SOLUTIONS = {
     "row-wins": _row("unsolvable", "row-wins", "a", target="a"),
     "solution-raises": _row("unsolvable", "solution-raises", target="a"),
     "row-overrides-wrongly": _row("solved", "row-overrides-wrongly", "b", target="a"),
+    "reward-raises": _row("rewarded", "reward-raises", "a", target="a"),
 }
 
 
@@ -287,7 +298,8 @@ async def test_template_solutions_run_in_the_substrate(source: Path, where: str)
     taskset = Taskset("solutions", TEMPLATE_SOLUTIONS.values())
     report = await validate(taskset, runtime=_runtimes(source)[where], oracle=True)
     checks = _by_slug(report)
-    assert [c.slug for c in report.broken] == ["solution-raises", "row-overrides-wrongly"]
+    broken = ["solution-raises", "row-overrides-wrongly", "reward-raises"]
+    assert [c.slug for c in report.broken] == broken
     assert checks["by-template"].reference_reward == 1.0
     assert checks["row-wins"].reference_reward == 1.0  # the row's solution, not the template's
     raised = checks["solution-raises"]
@@ -296,3 +308,14 @@ async def test_template_solutions_run_in_the_substrate(source: Path, where: str)
     )
     assert raised.errors == ["reference: agent: unsolvable: solution: ValueError: no idea"]
     assert checks["row-overrides-wrongly"].reason == "the reference solution scored 0.0, not 1.0"
+    # A reward that raises on the null agent's None is an evaluation that failed, not a 0.
+    failed = checks["reward-raises"]
+    assert failed.reference_reward == 1.0
+    assert failed.reason == (
+        "the null run's evaluation failed: "
+        "matches: AttributeError: 'NoneType' object has no attribute 'strip'"
+    )
+    assert failed.errors == [
+        "null: grading: evaluation failed: "
+        "matches: AttributeError: 'NoneType' object has no attribute 'strip'"
+    ]
