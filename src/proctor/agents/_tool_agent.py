@@ -52,9 +52,10 @@ class ToolAgent:
     """Call the model, run the tools it asks for, feed back the results, until it answers.
 
     Tools are the run's capabilities (by protocol family: `shell`, `ssh`, `mcp`; HUD's
-    `mcp/2025-11-25` is `mcp`), the tools its task declares, and `tools` given here. Every model call lands on `run.trace` as a `model_turn`
-    step (the assistant message, with usage, cost, finish reason and retry attempts),
-    each call as a `tool_call` and each result as a `tool_result`. A turn without tool
+    `mcp/2025-11-25` is `mcp`), the tools its task declares, and `tools` given here.
+    Every model call lands on `run.trace` as a `model_turn` step (the assistant message,
+    with usage, cost, finish reason and retry attempts), each call as a `tool_call` and
+    each result as a `tool_result`. A turn without tool
     calls is the answer: `trace.content`, plus an `assistant` step with
     `stop_reason="answer"`. After `max_steps` turns the loop stops with
     `stop_reason="max_steps"` and the last turn's text as the answer (still graded).

@@ -12,17 +12,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["KINDS", "CompatError", "activate", "unsupported"]
+__all__ = ["KINDS", "activate", "unsupported"]
 
 KINDS = ("hud",)
 """The foreign frameworks whose authoring names `activate` can map."""
 
 _HOMES = {"hud": "proctor.compat.hud"}
 _SUBMODULES = {"hud": ("capabilities", "environment", "graders")}
-
-
-class CompatError(ImportError):
-    """A foreign name the compatibility layer does not map (the message names it)."""
 
 
 def activate(kind: str, folder: str | Path) -> dict[str, Any]:
@@ -46,13 +42,13 @@ def activate(kind: str, folder: str | Path) -> dict[str, Any]:
 
 
 def unsupported(module: str, mapped: Iterable[str]) -> Any:
-    """A module `__getattr__` raising `CompatError` for any name `module` does not map."""
+    """A module `__getattr__` raising `ImportError` for any name `module` does not map."""
     known = ", ".join(sorted(mapped))
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise CompatError(
+        raise ImportError(
             f"{module}.{name} is not supported by proctor's HUD compatibility layer "
             f"(mapped: {known})",
             name=module,
@@ -77,7 +73,7 @@ def _builtins(kind: str) -> dict[str, Any]:
         if level or top != kind:
             return plain(name, globals, locals, fromlist, level)
         if rest and rest.split(".")[0] not in subs:
-            raise CompatError(
+            raise ImportError(
                 f"{name} is not supported by proctor's HUD compatibility layer (mapped: "
                 f"{', '.join([kind, *(f'{kind}.{s}' for s in subs)])})",
                 name=name,

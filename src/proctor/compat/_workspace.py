@@ -30,7 +30,7 @@ class Workspace:
     off. A session whose channel closes has its process group killed.
 
     Raises:
-        CompatError: a HUD `Workspace` option proctor does not map.
+        ImportError: a HUD `Workspace` option proctor does not map.
     """
 
     def __init__(
@@ -38,9 +38,7 @@ class Workspace:
         **options: Any,
     ) -> None:  # fmt: skip
         if options:
-            from ._scope import CompatError
-
-            raise CompatError(
+            raise ImportError(
                 f"Workspace({', '.join(sorted(options))}=...) is not supported by proctor's "
                 "HUD compatibility layer (mapped: root, user, env)"
             )

@@ -2,7 +2,7 @@
 
 Mapped: `Environment` (see `proctor.compat.hud.environment`); the submodules
 `hud.environment`, `hud.graders` and `hud.capabilities`. Any other name of HUD's
-(`Task`, `Taskset`, `Job`, runtimes, agents, ...) raises `CompatError` naming it.
+(`Task`, `Taskset`, `Job`, runtimes, agents, ...) raises `ImportError` naming it.
 """
 
 from .._scope import unsupported

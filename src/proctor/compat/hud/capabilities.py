@@ -51,7 +51,7 @@ class Capability(_Capability):
         """An MCP server over streamable HTTP, as HUD publishes it (`mcp/2025-11-25`).
 
         Raises:
-            CompatError: a WebSocket or SSE transport (proctor's agents speak neither).
+            ImportError: a WebSocket or SSE transport (proctor's agents speak neither).
         """
         scheme = urlsplit(url).scheme if "://" in url else "ws"
         if scheme not in ("http", "https") or transport not in (None, "streamable-http"):
@@ -71,10 +71,8 @@ def _with_port(url: str, scheme: str, port: int) -> str:
     return full.replace(parts.netloc, f"{parts.netloc}:{port}", 1)
 
 
-def _unmapped(what: str) -> Exception:
-    from .._scope import CompatError
-
-    return CompatError(f"{what} is not supported by proctor's HUD compatibility layer")
+def _unmapped(what: str) -> ImportError:
+    return ImportError(f"{what} is not supported by proctor's HUD compatibility layer")
 
 
 __getattr__ = unsupported("hud.capabilities", __all__)

@@ -58,7 +58,7 @@ class Environment(_Environment):
         """Serve `root` over SSH as capability `name` while the environment serves.
 
         Raises:
-            CompatError: file tracking or a `Workspace` option proctor does not map.
+            ImportError: file tracking or a `Workspace` option proctor does not map.
             ValueError: a workspace of that name is already attached.
         """
         if track_files:
@@ -84,15 +84,13 @@ class Environment(_Environment):
         """HUD's robot simulators are not mapped.
 
         Raises:
-            CompatError: always.
+            ImportError: always.
         """
         raise _unmapped("Environment.gym")
 
 
-def _unmapped(what: str) -> Exception:
-    from .._scope import CompatError
-
-    return CompatError(f"{what} is not supported by proctor's HUD compatibility layer")
+def _unmapped(what: str) -> ImportError:
+    return ImportError(f"{what} is not supported by proctor's HUD compatibility layer")
 
 
 __getattr__ = unsupported("hud.environment", __all__)
