@@ -20,14 +20,17 @@ from ._rewards import GroupMember
 
 __all__ = ["best_of_n", "grpo_advantage", "pass_at_k", "rank"]
 
-GroupFn = Callable[[Sequence[GroupMember]], "float | list[float]"]
+PerGroup = Callable[[Sequence[GroupMember]], float]
+"""A group reward giving every member the same value."""
+PerMember = Callable[[Sequence[GroupMember]], list[float]]
+"""A group reward giving each member its own value."""
 
 
 def _rewards(runs: Sequence[GroupMember]) -> list[float]:
     return [0.0 if r.reward is None else r.reward for r in runs]
 
 
-def pass_at_k(k: int, *, threshold: float = 1.0) -> GroupFn:
+def pass_at_k(k: int, *, threshold: float = 1.0) -> PerGroup:
     """The unbiased pass@k estimate of the group, the same for every member.
 
     A member passes when its reward is at least `threshold`; with `n` members of which
@@ -47,7 +50,7 @@ def pass_at_k(k: int, *, threshold: float = 1.0) -> GroupFn:
     return fn
 
 
-def best_of_n() -> GroupFn:
+def best_of_n() -> PerGroup:
     """The best reward of the group, the same for every member."""
 
     def best_of_n(runs: Sequence[GroupMember]) -> float:
@@ -56,7 +59,7 @@ def best_of_n() -> GroupFn:
     return best_of_n
 
 
-def rank() -> GroupFn:
+def rank() -> PerMember:
     """Each member's place in the group in [0, 1]: 0 the lowest reward, 1 the highest.
 
     Ties share the mean of their places; a group of one gets 1.0.
@@ -76,7 +79,7 @@ def rank() -> GroupFn:
     return rank
 
 
-def grpo_advantage(*, normalize: bool = False) -> GroupFn:
+def grpo_advantage(*, normalize: bool = False) -> PerMember:
     """GRPO's advantage per member: reward minus the group mean, over the std if `normalize`.
 
     The std is the population standard deviation; a group whose rewards are all equal
