@@ -4,6 +4,7 @@ from .._public import publish
 from . import _graders as graders
 from . import _group_rewards as group_rewards
 from ._environment import Environment
+from ._judge import Judge
 from ._rewards import GradeContext, GroupMember, GroupReward, TaskView, evaluate_group
 from ._runner import TaskRunner
 from ._shell import ShellClient, ShellResult, ShellServer
@@ -17,6 +18,7 @@ __all__ = [
     "GradeContext",
     "GroupMember",
     "GroupReward",
+    "Judge",
     "ShellClient",
     "ShellResult",
     "ShellServer",

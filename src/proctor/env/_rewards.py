@@ -308,14 +308,10 @@ _UNSET: Any = object()
 
 
 def _make_judge(params: Any) -> Any:
-    """`proctor.env.Judge.from_params(params)`, or None while no `Judge` is defined."""
-    import importlib
+    """The `Judge` for the grade's `judge` param (imported only when a function takes one)."""
+    from ._judge import Judge
 
-    try:
-        judge_module = importlib.import_module("proctor.env._judge")
-    except ImportError:
-        return None
-    return judge_module.Judge.from_params(params if isinstance(params, dict) else None)
+    return Judge.from_params(params if isinstance(params, dict) else None)
 
 
 # -- group rewards -----------------------------------------------------------------------
