@@ -1,0 +1,38 @@
+"""Training samples: graded rollouts split into branches, exported for a trainer.
+
+A rollout's model turns split into branches (`branches`): runs of turns whose context
+only grows. A compaction or a sub-agent starts a new branch; each branch is one
+`Sample` with the prompt, the completion, token ids, logprobs and a loss mask when the
+model server returned them (vLLM), and the rollout's reward and advantage in its group.
+
+```python
+from proctor.samples import samples_from_batch, samples_from_job, write_samples
+
+for sample in samples_from_job(job):          # a Job from Taskset.run
+    ...
+write_samples(samples_from_batch("runs/b1"), "samples.parquet", "parquet")
+```
+
+`proctor export OUT --format jsonl|parquet -o FILE` does the same from the command
+line. Columns and rules: docs/samples.md.
+"""
+
+from .._public import publish
+from ._branch import Branch, ModelTurn, branches
+from ._export import ExportCounts, parquet_schema, write_samples
+from ._sample import Sample
+from ._sources import samples_from_batch, samples_from_job
+
+__all__ = [
+    "Branch",
+    "ExportCounts",
+    "ModelTurn",
+    "Sample",
+    "branches",
+    "parquet_schema",
+    "samples_from_batch",
+    "samples_from_job",
+    "write_samples",
+]
+
+publish(globals(), __all__, __name__)

@@ -1,0 +1,170 @@
+"""Where samples come from: a `Job` in memory, or a batch output directory on disk."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..batch._files import JsonlReader
+from ..batch._read import list_rollouts
+from ..batch._recorder import check_id, load_record
+from ._branch import EXTRAS, ModelTurn
+from ._sample import Rollout, Sample, samples_of
+
+if TYPE_CHECKING:
+    from ..agents import Run
+    from ..engine import Job
+
+__all__ = ["samples_from_batch", "samples_from_job"]
+
+PAGE = 500  # index rows read at a time
+
+
+def samples_from_job(job: Job) -> Iterator[Sample]:
+    """The samples of every graded run of `job`, one per branch of its trace.
+
+    A run's model turns are the `model_turn` steps of its trace that carry their
+    request (an interception proxy records them so), else its proxy session's turns
+    (a `ToolAgent` behind a proxy). `advantage` is the run's own when set (group
+    rewards), else its reward minus the mean reward of its group's graded runs, for
+    groups of two or more runs.
+    """
+    groups: dict[str, list[Any]] = {}
+    for run in job.runs:
+        groups.setdefault(run.group_id, []).append(run.reward)
+    for run in job.runs:
+        reward = run.reward
+        if reward is not None:
+            rollout = _run_rollout(run, reward, groups[run.group_id])
+            yield from samples_of(rollout, _run_turns(run))
+
+
+def _run_rollout(run: Run, reward: float, rewards: list[Any]) -> Rollout:
+    return Rollout(
+        id=run.trace_id,
+        task=run.slug,
+        model=None,
+        group_id=run.group_id,
+        reward=reward,
+        advantage=_advantage(getattr(run, "advantage", None), reward, rewards),
+    )
+
+
+def samples_from_batch(path: str | os.PathLike[str], *, page: int = PAGE) -> Iterator[Sample]:
+    """The samples of every graded rollout of a batch output directory (`proctor
+    batch`, or a `proctor run` record), read `page` index rows at a time.
+
+    Model turns come from `model_turns.jsonl` (the request's conversation rebuilt from
+    each line's `context`), else from the trace's `model_turn` steps that carry their
+    request. The group is the rollouts of one task and agent (the record's `group_id`
+    when it has one); `advantage` as in `samples_from_job`.
+
+    Raises:
+        StoreError: `path` is not a batch output directory.
+    """
+    root = os.fspath(path)
+    rows = _rows(root, page)
+    for _, members in itertools.groupby(rows, key=lambda r: (r["task"], r["agent"])):
+        group = list(members)
+        rewards = [r["reward"] if r["status"] == "completed" else None for r in group]
+        for row in group:
+            if row["status"] == "completed" and row["reward"] is not None:
+                yield from _rollout_samples(root, row, rewards)
+
+
+def _rows(root: str, page: int) -> Iterator[dict[str, Any]]:
+    """Every index row in plan order (a group's rows are adjacent), page by page."""
+    for offset in itertools.count(0, page):
+        rows = list_rollouts(root, limit=page, offset=offset)
+        yield from rows
+        if len(rows) < page:
+            return
+
+
+def _rollout_samples(root: str, row: dict[str, Any], rewards: list[Any]) -> list[Sample]:
+    rid = check_id(row["id"])
+    record = load_record(os.path.join(root, "rollouts", f"{rid}.json"))
+    folder = os.path.join(root, "rollouts", rid)
+    rollout = Rollout(
+        id=rid,
+        task=row["task"],
+        model=row["model"] or record.get("model"),
+        group_id=record.get("group_id") or f"{row['task']}--{row['agent']}",
+        reward=row["reward"],
+        advantage=_advantage(record.get("advantage"), row["reward"], rewards),
+    )
+    turns = list(rebuild_turns(JsonlReader(os.path.join(folder, "model_turns.jsonl"))))
+    if not turns:
+        turns = _trace_turns(record, folder)
+    return samples_of(rollout, turns)
+
+
+def rebuild_turns(lines: Iterable[Mapping[str, Any]]) -> Iterator[ModelTurn]:
+    """The model turns of `model_turns.jsonl` lines, each request's conversation rebuilt
+    from the `context` deltas (a retried turn's later line wins). A turn whose previous
+    turn cannot be rebuilt, and lines without `context`, are left out."""
+    latest: dict[int, Mapping[str, Any]] = {}
+    for line in lines:
+        if isinstance(line.get("turn"), int):
+            latest[line["turn"]] = line
+    previous: tuple[int, list[Any]] | None = None
+    extras: dict[str, Any] = {}
+    for number in sorted(latest):
+        line = latest[number]
+        messages = _messages(line.get("context"), number, previous)
+        previous = None if messages is None else (number, messages)
+        if messages is None:
+            continue
+        extras.update({k: line["context"][k] for k in EXTRAS if k in line["context"]})
+        request = {"messages": messages, **{k: v for k, v in extras.items() if v is not None}}
+        data = {**line, "request": request}
+        turn = ModelTurn.from_step({"kind": "model_turn", "data": data}, number)
+        if turn is not None:
+            yield turn
+
+
+def _messages(
+    context: Any, number: int, previous: tuple[int, list[Any]] | None
+) -> list[Any] | None:
+    """Turn `number`'s conversation from its `context` and the previous turn's, if known."""
+    kept = context.get("kept") if isinstance(context, Mapping) else None
+    if not isinstance(kept, int) or kept < 0:
+        return None
+    if kept == 0:
+        return list(context.get("new") or ())
+    if previous is None or previous[0] != number - 1 or len(previous[1]) < kept:
+        return None
+    return previous[1][:kept] + list(context.get("new") or ())
+
+
+def _trace_turns(record: Mapping[str, Any], folder: str) -> list[ModelTurn]:
+    trace = record.get("trace")
+    steps: Iterable[Any] = ()
+    if isinstance(trace, Mapping) and isinstance(trace.get("steps"), list):
+        steps = trace["steps"]
+    elif os.path.isdir(folder):
+        steps = JsonlReader(os.path.join(folder, "trace.jsonl"))
+    turns = (ModelTurn.from_step(s, i + 1) for i, s in enumerate(steps))
+    return [t for t in turns if t is not None]
+
+
+def _run_turns(run: Run) -> list[ModelTurn]:
+    turns = [ModelTurn.from_step(s, i + 1) for i, s in enumerate(run.trace.steps)]
+    found = [t for t in turns if t is not None]
+    session = run.proxy_session
+    if found or session is None:
+        return found
+    steps = ({"kind": "model_turn", "content": t.get("message"), "data": t} for t in session.turns)
+    return [t for i, s in enumerate(steps) if (t := ModelTurn.from_step(s, i + 1)) is not None]
+
+
+def _advantage(given: Any, reward: float, group: list[Any]) -> float | None:
+    """The run's own advantage, else its reward minus its group's mean (groups of 2+)."""
+    if isinstance(given, int | float):
+        return float(given)
+    graded = [r for r in group if r is not None]
+    if len(group) < 2 or not graded:
+        return None
+    return float(reward - sum(graded) / len(graded))
