@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .._usererror import print_error, print_remote_traceback, user_message
 from ._batch import add_batch_parser
 from ._common import Terminated
+from ._export import add_export_parser
 from ._tasks import add_tasks_parser
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task(commands)
     _add_run(commands)
     _add_show(commands)
+    add_export_parser(commands)
     add_batch_parser(commands)
     add_tasks_parser(commands)
     _add_view(commands)
