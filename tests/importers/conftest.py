@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import pytest
 
 RUNC = "/usr/sbin/runc"  # crun fails on these hosts' cgroups; podman takes runc by path
 BASE_REPOSITORY = "localhost/proctor-harbor-test-base"
+REPOSITORY = "localhost/proctor-harbor"  # the layered images (HarborRuntime's)
 
 
 def _podman_problem() -> str | None:
@@ -34,12 +35,21 @@ def _podman_problem() -> str | None:
     return None
 
 
+def _images(repository: str) -> set[str]:
+    argv = ["podman", "images", "-q", "--filter", f"reference={repository}"]
+    return set(subprocess.run(argv, capture_output=True, text=True, check=False).stdout.split())
+
+
 @pytest.fixture(scope="session")
-def podman() -> str:
+def podman() -> Iterator[str]:
+    """The engine; the Harbor images the session built are removed after it."""
     problem = _podman_problem()
     if problem is not None:
         pytest.skip(problem)
-    return "podman"
+    before = _images(REPOSITORY)
+    yield "podman"
+    if made := _images(REPOSITORY) - before:  # each proctor source edit makes a new one
+        subprocess.run(["podman", "rmi", "-f", *made], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")

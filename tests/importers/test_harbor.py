@@ -157,3 +157,16 @@ async def test_a_test_sh_writing_no_reward_fails_the_grading(
     assert run.error is not None and run.error.phase == "grading"
     assert "wrote no /logs/verifier/reward.txt" in run.error.message
     assert "nothing to see" in run.error.message
+
+
+async def test_solve_sh_is_the_reference_solution_for_validate_oracle(
+    make_task: Callable[..., Path], base_image: str, runtime_options: dict[str, Any]
+) -> None:
+    from proctor.tasks import Taskset, validate
+
+    rows = harbor_tasks(make_task("hello", base_image))
+    async with HarborRuntime(**runtime_options) as runtime:
+        report = await validate(Taskset("harbor", rows), runtime=runtime, oracle=True)
+    assert report.ok, report
+    (check,) = report.tasks
+    assert (check.reference_reward, check.null_reward) == (1.0, 0.0)

@@ -1,13 +1,15 @@
 """OpenEnv environments behind `reset`/`step` MCP tools, graded by their rewards.
 
-The environment is OpenEnv's echo example as `openenv-core` ships it (the template
-`openenv init` renders: reward 0.1 per character echoed), rendered into a temporary
-folder; it is served in the environment's process, or by uvicorn in a child process.
+Two echo examples: the one `openenv-core` ships (the template `openenv init` renders:
+reward 0.1 per character echoed), rendered into a temporary folder and served in the
+environment's process or by uvicorn in a child process; and the OpenEnv repository's
+`envs/echo_env` (MCP tools inside, reward 0), vendored in `openenv_echo/`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import sys
@@ -27,6 +29,7 @@ from proctor.runtimes import LocalRuntime
 pytest.importorskip("openenv.core", reason="needs `pip install 'proctor[openenv]'`")
 
 NAME = "echo_env"
+HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
@@ -117,3 +120,16 @@ def test_arguments_are_checked() -> None:
         openenv_environment()
     with pytest.raises(ValueError, match="aggregate"):
         openenv_environment(base_url="http://127.0.0.1:1", aggregate="mean")  # type: ignore[arg-type]
+
+
+async def test_the_repository_echo_env_answers_mcp_actions(echo_folder: Path) -> None:
+    source = detect(HERE / "openenv_echo")  # beside the other echo env: no collision
+    other = detect(echo_folder)
+    assert source is not None and other is not None
+    call = {"type": "call_tool", "tool_name": "echo_message", "arguments": {"message": "hi"}}
+    agent = StepAgent(call)
+    run = await rollout(source.rows[0], agent, runtime=LocalRuntime(source.environment))
+    assert run.status == "completed", run.error
+    assert run.reward == 0.0
+    assert json.loads(agent.results[0])["observation"]["result"]["data"] == "hi"
+    assert "tool_name" in run.prompt  # the action schema: CallToolAction's

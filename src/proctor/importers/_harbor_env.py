@@ -23,7 +23,7 @@ from typing import Any
 from proctor.env import Environment, ShellResult
 from proctor.records import Grade
 
-__all__ = ["env", "run_solution", "verify"]
+__all__ = ["env", "run_solution", "solve", "verify"]
 
 TESTS = Path("/tests")
 SOLUTION = Path("/solution")
@@ -36,7 +36,12 @@ env = Environment("harbor")
 shell = env.add_shell()
 
 
-@env.template(id="harbor")  # H1's `solution=run_solution` wires `tasks.solve` here
+async def solve(task: Any) -> str:
+    """The reference solution (`tasks.solve`, `proctor validate --oracle`): solve.sh."""
+    return await run_solution(task.args.get("solution"))
+
+
+@env.template(id="harbor", solution=solve)
 async def harbor(
     instruction: str,
     tests: dict[str, Any],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import math
 import os
 import socket
@@ -130,6 +131,7 @@ class OpenEnvSession:
     async def _serve(self, app: Any) -> str:
         import uvicorn
 
+        logging.getLogger("uvicorn.error").addFilter(_quiet_disconnects)
         config = uvicorn.Config(app, log_level="critical", lifespan="on")
         config.load()
         server = uvicorn.Server(config)
@@ -195,8 +197,9 @@ def openenv_environment(
 def openenv_source(path: str | os.PathLike[str], *, aggregate: Aggregate = "sum") -> Source:
     """An OpenEnv environment folder (`openenv.yaml` naming its `app`) as one row.
 
-    The app is imported in this process (the folder joins `sys.path`, as
-    `openenv serve` runs it) and served by the environment.
+    The app is imported in this process (as a module of the folder's package, or
+    with the folder on `sys.path` as `openenv serve` runs it) and served by the
+    environment.
 
     Raises:
         ValueError: `openenv.yaml` names no `app`.
@@ -207,11 +210,21 @@ def openenv_source(path: str | os.PathLike[str], *, aggregate: Aggregate = "sum"
     manifest = _manifest(folder / "openenv.yaml")
     if not manifest.get("app"):
         raise ValueError(f"{folder / 'openenv.yaml'}: no `app: module:attr`")
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
     name = str(manifest.get("name") or folder.name)
-    env = openenv_environment(str(manifest["app"]), name=name, aggregate=aggregate)
+    env = openenv_environment(
+        _app_path(folder, str(manifest["app"])), name=name, aggregate=aggregate
+    )
     return Source("openenv", [Task(env=name, id="episode", slug=name)], env)
+
+
+def _app_path(folder: Path, app: str) -> str:
+    """`module:attr` importable here: within the folder's package when it can be one
+    (so two environments' `server.app` do not collide), else from the folder."""
+    package = folder.name.isidentifier() and (folder / "__init__.py").is_file()
+    root = str(folder.parent if package else folder)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return f"{folder.name}.{app}" if package else app
 
 
 def _tools(session: OpenEnvSession, name: str) -> Any:
@@ -233,6 +246,12 @@ def _tools(session: OpenEnvSession, name: str) -> Any:
         return await session.step(action)
 
     return server
+
+
+def _quiet_disconnects(record: logging.LogRecord) -> bool:
+    """Drop OpenEnv's server's report of a client gone before its close (not an error)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return type(exc).__name__ not in ("WebSocketDisconnect", "ClientDisconnected")
 
 
 def _load_app(app: Any) -> Any:
