@@ -123,28 +123,31 @@ async def validate(
 
     if max_concurrent is not None and max_concurrent < 1:
         raise ValueError("max_concurrent must be >= 1")
-    if not isinstance(taskset, Taskset):
-        source = os.fspath(taskset)
-        try:
-            taskset = Taskset.from_file(source)
-        except TasksetError as exc:
-            return ValidationReport(source, oracle, [], error=str(exc))
+    loaded = _load(taskset, oracle)
+    if isinstance(loaded, ValidationReport):
+        return loaded
     limits = Timeouts.bounded() if timeout is None else Timeouts.of(timeout)
-    checks = {task.slug: TaskCheck(task.slug) for task in taskset}
-    checkers = await _checkers(runtime, taskset, limits)
-    for task in taskset:
-        problem = _row_problem(checkers, task)
-        if problem is not None:
-            _broken(checks[task.slug], problem)
+    checks = await _check_rows(loaded, runtime, limits)
     if oracle:
-        fit = [task for task in taskset if checks[task.slug].ok]
+        fit = [task for task in loaded if checks[task.slug].ok]
         await _oracle(fit, checks, runtime, limits, max_concurrent)
-    return ValidationReport(taskset.name, oracle, list(checks.values()))
+    return ValidationReport(loaded.name, oracle, list(checks.values()))
+
+
+def _load(taskset: Taskset | str | os.PathLike[str], oracle: bool) -> Taskset | ValidationReport:
+    """The taskset, or a report of why its source does not load."""
+    if isinstance(taskset, Taskset):
+        return taskset
+    source = os.fspath(taskset)
+    try:
+        return Taskset.from_file(source)
+    except TasksetError as exc:
+        return ValidationReport(source, oracle, [], error=str(exc))
 
 
 def _broken(check: TaskCheck, reason: str) -> None:
     check.ok = False
-    check.reason = reason if check.reason is None else f"{check.reason}; {reason}"
+    check.reason = reason
 
 
 # -- rows -------------------------------------------------------------------------------
@@ -158,12 +161,20 @@ def _rows(tasks: Iterable[Task]) -> Iterator[Task]:
             yield task.verifier
 
 
-def _row_problem(checkers: dict[str, _Checker], task: Task) -> str | None:
-    problem = checkers[task.env](task)
-    if problem is None and task.verifier is not None:
-        verifier = checkers[task.verifier.env](task.verifier)
-        return None if verifier is None else f"verifier: {verifier}"
-    return problem
+async def _check_rows(
+    taskset: Taskset, runtime: RuntimeLike | None, limits: Timeouts
+) -> dict[str, TaskCheck]:
+    """A check per row, by slug, broken where the row does not fit its environment."""
+    checks = {task.slug: TaskCheck(task.slug) for task in taskset}
+    checkers = await _checkers(runtime, taskset, limits)
+    for task in taskset:
+        problem = checkers[task.env](task)
+        if problem is None and task.verifier is not None:
+            verifier = checkers[task.verifier.env](task.verifier)
+            problem = None if verifier is None else f"verifier: {verifier}"
+        if problem is not None:
+            _broken(checks[task.slug], problem)
+    return checks
 
 
 async def _checkers(
@@ -239,16 +250,24 @@ def _schema_problem(served: str, templates: dict[str, Any], task: Task) -> str |
         return f"its environment {task.env!r} is not the one served ({served!r})"
     if task.id not in templates:
         return _no_template(task.id, served, templates)
-    schema = templates[task.id]
+    return _args_problem(task, templates[task.id])
+
+
+def _args_problem(task: Task, schema: Any) -> str | None:
+    """Unknown or missing argument names, by the template's JSON schema."""
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         return None
-    unknown = [n for n in task.args if n not in schema["properties"]]
-    if unknown and schema.get("additionalProperties") is False:
-        return f"{task.id}: unknown argument(s) {', '.join(map(repr, unknown))}"
-    missing = [n for n in schema.get("required") or () if n not in task.args]
-    if missing:
-        return f"{task.id}: missing argument(s) {', '.join(map(repr, missing))}"
+    for what, names in _names_off(task.args, schema):
+        if names:
+            return f"{task.id}: {what} argument(s) {', '.join(map(repr, names))}"
     return None
+
+
+def _names_off(args: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    closed = schema.get("additionalProperties") is False
+    unknown = [n for n in args if n not in schema["properties"]] if closed else []
+    missing = [n for n in schema.get("required") or () if n not in args]
+    return [("unknown", unknown), ("missing", missing)]
 
 
 def _no_template(template: str, env: str, known: Iterable[str]) -> str:
