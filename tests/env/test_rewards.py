@@ -119,7 +119,7 @@ async def test_a_second_yield_is_one_more_subscore_named_after_the_template() ->
     @env.template
     async def judged() -> Any:
         answer = yield "say yes"
-        yield {"score": 0.25, "info": {"why": "partial"}}
+        yield {"score": 0.25, "info": {"why": "partial"}, "content": "half right"}
         del answer
 
     @judged.reward(weight=1.0)
@@ -132,7 +132,7 @@ async def test_a_second_yield_is_one_more_subscore_named_after_the_template() ->
         {"name": "judged", "value": 0.25, "weight": 1.0},
     ]
     assert grade.reward == pytest.approx(0.625)
-    assert grade.info == {"why": "partial"}
+    assert (grade.info, grade.content) == ({"why": "partial"}, "half right")
 
 
 async def test_template_rewards_apply_to_that_template_alone() -> None:

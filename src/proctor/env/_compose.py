@@ -23,20 +23,20 @@ async def compose(
 ) -> dict[str, Any]:
     """The grade of a template with rewards; `second` is its normalized second yield, if any.
 
-    That second value becomes one more subscore named after the template (weight 1.0)
-    and its `info` is kept.
+    That second value becomes one more subscore named after the template (weight 1.0);
+    its `info`, `content` and `done` are kept.
     """
     errors: dict[str, str] = {}
     subscores = [await _reward(task_id, s, ctx, errors) for s in plan.rewards]
-    info: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
     if second is not None:
         subscores.append({"name": task_id, "value": second["score"], "weight": 1.0})
-        info.update(second.get("info") or {})
+        kept = {k: second[k] for k in ("content", "done") if k in second}
     total = sum(s["weight"] for s in subscores)
     score = sum(s["value"] * s["weight"] for s in subscores) / total if total else 0.0
-    return await with_metrics(
-        task_id, plan, ctx, {"score": score, "subscores": subscores, "info": info}, errors
-    )
+    info = dict((second or {}).get("info") or {})
+    grade = {"score": score, "subscores": subscores, "info": info, **kept}
+    return await with_metrics(task_id, plan, ctx, grade, errors)
 
 
 async def with_metrics(

@@ -19,6 +19,7 @@ from .._errors import TemplateError
 
 if TYPE_CHECKING:
     from ..records._task import Task
+    from ._environment import Environment
 
 __all__ = [
     "INJECTABLE",
@@ -357,7 +358,7 @@ def group_reward(fn: Callable[..., Any], *, weight: float, name: str | None) -> 
 
 
 async def evaluate_group(
-    env: Any, members: Sequence[GroupMember]
+    env: Environment, members: Sequence[GroupMember]
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Run every group reward of `env` on `members`: values per name, and errors per name.
 
