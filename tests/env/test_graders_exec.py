@@ -205,7 +205,7 @@ async def test_a_uv_script_sees_an_allowlist_and_what_it_is_given(
     _skip_if_offline(result)
     assert result.exit_code == 0, result.stderr
     assert SECRET not in result.stdout and "PYTHONPATH" not in result.stdout
-    assert "GIVEN=yes" in result.stdout.splitlines()
+    assert {"GIVEN=yes", "UV_SYSTEM_CERTS=1"} <= set(result.stdout.splitlines())
 
 
 async def test_a_uv_script_that_fails_or_runs_too_long(uv_cache: str) -> None:

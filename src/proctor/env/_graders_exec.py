@@ -43,7 +43,7 @@ _LINGER = 0.5  # seconds for pipes held open by a background process after the e
 UV_ENV = frozenset(
     {
         "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "UV_CACHE_DIR", "UV_PYTHON",
-        "UV_NATIVE_TLS", "SSL_CERT_FILE", "SSL_CERT_DIR",
+        "UV_SYSTEM_CERTS", "UV_NATIVE_TLS", "SSL_CERT_FILE", "SSL_CERT_DIR",
     }
 )  # fmt: skip
 
@@ -173,7 +173,8 @@ async def run_uv_script(
     (else the one on PATH) in a fresh private folder. Its dependencies land in uv's
     cache (`UV_CACHE_DIR`, else `~/.cache/uv`) and an environment uv keeps there for
     that script (made once, reused by every later run): never in this interpreter's.
-    It sees only `UV_ENV` of this process's variables, and `env`.
+    It sees only `UV_ENV` of this process's variables, and `env`; uv trusts the
+    system's certificate store (`UV_SYSTEM_CERTS=1` unless set), as pip does.
 
     Args:
         script: the script's source, with its `# /// script` header.
@@ -272,9 +273,11 @@ def _python_flag(python: str | None) -> list[str]:
 
 
 def _uv_environ(env: Mapping[str, str] | None, offline: bool | None) -> dict[str, str]:
+    """What uv and the script see: `UV_ENV` of ours, then `env`; uv trusts the system's
+    certificates (as pip does) unless told otherwise."""
     keep = UV_ENV | ({"UV_OFFLINE"} if offline is None else set())
     base = {k: v for k, v in os.environ.items() if k in keep}
-    return {**base, **(env or {})}
+    return {"UV_SYSTEM_CERTS": "1", **base, **(env or {})}
 
 
 async def _exec(
