@@ -1,10 +1,12 @@
-"""Tasksets: `Taskset` (files, filters, slugs), its `run` front for the engine, and
-`validate` (rows fit their environments; with `oracle`, tasks are sound)."""
+"""Tasksets: `Taskset` (files, filters, slugs), its `run` front for the engine,
+`validate` (rows fit their environments; with `oracle`, tasks are sound), and `diff` /
+`sync` between two task sources."""
 
 from .._public import publish
+from ._sync import SyncPlan, diff, sync
 from ._taskset import Taskset
 from ._validate import TaskCheck, ValidationReport, validate
 
-__all__ = ["TaskCheck", "Taskset", "ValidationReport", "validate"]
+__all__ = ["SyncPlan", "TaskCheck", "Taskset", "ValidationReport", "diff", "sync", "validate"]
 
 publish(globals(), __all__, __name__)
