@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -48,10 +49,30 @@ class Grade:
             for s in self.subscores
         ]
         if math.isnan(self.reward) and self.subscores:
-            parts = [SubScore(**s) for s in self.subscores]
-            total = sum(s.weight for s in parts)
-            if total:
-                self.reward = sum(s.value * s.weight for s in parts) / total
+            self.reward = _weighted_mean(self.subscores, self.reward)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The metrics recorded beside the reward (`info["metrics"]`; they never weigh)."""
+        metrics = self.info.get("metrics")
+        return metrics if isinstance(metrics, dict) else {}
+
+    def add_subscores(self, subscores: Iterable[SubScore | dict[str, Any]], *, name: str) -> None:
+        """Add `subscores` and make `reward` the weighted mean of them all.
+
+        A grade that had none keeps its reward as a first subscore named `name`
+        (weight 1.0), so that reward still counts (group rewards join a grade so).
+        """
+        added = [
+            {"name": s.name, "value": s.value, "weight": s.weight} if isinstance(s, SubScore) else s
+            for s in subscores
+        ]
+        if not added:
+            return
+        if not self.subscores:
+            self.subscores = [{"name": name, "value": self.reward, "weight": 1.0}]
+        self.subscores = [*self.subscores, *added]
+        self.reward = _weighted_mean(self.subscores, self.reward)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Grade:
@@ -104,6 +125,13 @@ class Grade:
         return out
 
 
+def _weighted_mean(subscores: list[Any], default: float) -> float:
+    """The mean of the subscores' values by weight (`default` when no weight)."""
+    parts = [(float(s["value"]), float(s.get("weight", 1.0))) for s in subscores]
+    total = sum(weight for _, weight in parts)
+    return sum(value * weight for value, weight in parts) / total if total else default
+
+
 _WIRE_KEYS = frozenset({"score", "subscores", "info", "content", "done", "isError"})
 
 
@@ -142,6 +170,19 @@ class Trace:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"id": self.id, "content": self.content, "steps": [asdict(s) for s in self.steps]}
+
+    def conversation(self) -> list[dict[str, Any]]:
+        """The conversational steps (`user`, `assistant`, `tool_call`, `tool_result`) as
+        `{"kind", "content", "data"}` dicts: what `tasks.grade` sends as `trace`
+        (never a model turn's body)."""
+        return [
+            {"kind": s.kind, "content": s.content, "data": s.data}
+            for s in self.steps
+            if s.kind in _CONVERSATIONAL
+        ]
+
+
+_CONVERSATIONAL = frozenset({"user", "assistant", "tool_call", "tool_result"})
 
 
 @dataclass(frozen=True, slots=True)
