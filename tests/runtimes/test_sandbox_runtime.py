@@ -290,7 +290,7 @@ async def test_every_process_is_gone_after_the_rollout(
             assert run.error is not None and run.error.phase == "agent"
         elif ending == "timeout":
             run = await rollout(task, Blocks(), runtime=runtime, timeout=Timeouts(agent=0.2))
-            assert run.error is not None and run.error.type == "RolloutTimeout"
+            assert run.stop_reason == "timeout", run.error  # graded on what it left
         else:
             agent = Blocks()
             job = asyncio.create_task(rollout(task, agent, runtime=runtime))

@@ -47,6 +47,10 @@ class CommandAgent:
       connection;
     - `env`, applied last.
 
+    A harness that exits non-zero because the proxy refused it a turn for a budget
+    (`max_turns`, ...; mini-swe-agent does) has not crashed: what it printed is still
+    its answer (None for `answer="json"` without JSON) and the run is graded.
+
     By default (`jail=True`) the harness runs in a bubblewrap jail where it cannot see
     the driver: its own pid, mount, network, IPC and UTS namespaces, as a fresh uid of
     its own when the driver is root (no account, no other process: `proctor._uids`;
@@ -150,6 +154,14 @@ class CommandAgent:
         else:
             code, out, err = await self._unjailed(env, stdin)
         stderr = err.decode("utf-8", "replace")[-_TAIL:]
+        refused = None if run.proxy_session is None else run.proxy_session.stop_reason
+        if code != 0 and refused is not None:  # stopped by a budget: graded on its output
+            value = self._parse(out, strict=False)
+            run.trace.content = value
+            run.trace.add(
+                "assistant", value, start=t0, exit_code=code, stderr=stderr, stop_reason=refused
+            )
+            return
         if code != 0:
             run.trace.add("assistant", None, start=t0, exit_code=code, stderr=stderr)
             if stderr.startswith("bwrap:"):
@@ -158,16 +170,21 @@ class CommandAgent:
                     "jail=False) runs it unjailed, unsafely)"
                 )
             raise RolloutError(f"{self.argv[0]} exited with {code}: {stderr.strip()}")
-        text = out.decode("utf-8", "replace")
-        if self.answer == "json":
-            try:
-                value = orjson.loads(out)
-            except orjson.JSONDecodeError as exc:
-                raise RolloutError(f"{self.argv[0]} printed no JSON answer: {exc}") from None
-        else:
-            value = text.strip()
+        value = self._parse(out, strict=True)
         run.trace.content = value
         run.trace.add("assistant", value, start=t0, exit_code=0, stderr=stderr)
+
+    def _parse(self, out: bytes, *, strict: bool) -> object:
+        """The answer in `out`: its stripped text, or its JSON (None for no JSON when not
+        `strict`: a harness stopped by a budget may have printed nothing)."""
+        if self.answer != "json":
+            return out.decode("utf-8", "replace").strip()
+        try:
+            return orjson.loads(out)
+        except orjson.JSONDecodeError as exc:
+            if not strict:
+                return None
+            raise RolloutError(f"{self.argv[0]} printed no JSON answer: {exc}") from None
 
     async def _jailed(
         self, env: dict[str, str], routes: Routes, stdin: bytes

@@ -23,15 +23,37 @@ __all__ = ["Run", "RunStatus"]
 RunStatus = Literal["pending", "running", "completed", "failed"]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class JudgeEndpoint:
+    """An OpenAI-compatible endpoint the task's graders may call (an interception-proxy
+    session opened for the grading phase only); `api_key` is that session's secret."""
+
+    base_url: str
+    api_key: str = dataclasses.field(repr=False)
+    model: str | None = None
+
+    def to_params(self) -> dict[str, str]:
+        """The `judge` param of `tasks.grade`."""
+        params = {"base_url": self.base_url, "api_key": self.api_key}
+        if self.model is not None:
+            params["model"] = self.model
+        return params
+
+
 class Run:
     """One rollout of one task.
 
     While the agent works, `prompt`, `client` and `binding()` are live; the agent
     records steps on `trace` and puts its final answer in `trace.content`. After the
     rollout, `status` is `completed` with a `grade`, or `failed` with an `error` naming
-    the phase (provisioning, connecting, starting, agent, grading). A teardown that fails
-    after the grade keeps the run `completed` with its reward, the error (phase
-    `teardown`) recorded beside it.
+    the phase (provisioning, connecting, starting, agent, grading, verifying). A teardown
+    that fails after the grade keeps the run `completed` with its reward, the error (phase
+    `teardown`) recorded beside it. A grade whose evaluation failed (`is_error`: a reward
+    raised) still completes the run: `evaluation_failed` says so.
+
+    With a verifier task, `grade` is the verifier's and `actor_grade` the actor's, and
+    `verifier_trace` its steps. In a group, `group_rewards` holds the values of the
+    environment's group rewards and `advantage` the reward minus the group's mean.
 
     Whoever records the run (a batch) may set `on_phase` (called on every phase change)
     and `on_checkpoint` (given the agent's `save_checkpoint` states); an agent that
@@ -40,12 +62,16 @@ class Run:
 
     __slots__ = (
         "_phase",
+        "actor_grade",
+        "advantage",
         "client",
         "ended_at",
         "error",
         "grade",
         "group_id",
+        "group_rewards",
         "job_id",
+        "judge",
         "launch_attempts",
         "launch_errors",
         "on_checkpoint",
@@ -59,6 +85,7 @@ class Run:
         "stop_reason",
         "task",
         "trace",
+        "verifier_trace",
     )
 
     def __init__(
@@ -87,6 +114,11 @@ class Run:
         self.client: EnvClient | None = None
         self.proxy_session: ProxySession | None = None
         self.stop_reason: str | None = None
+        self.judge: JudgeEndpoint | None = None
+        self.actor_grade: Grade | None = None
+        self.verifier_trace: Trace | None = None
+        self.group_rewards: dict[str, float] = {}
+        self.advantage: float | None = None
         self.started_at = time.time()
         self.ended_at: float | None = None
 
@@ -96,7 +128,7 @@ class Run:
 
     @property
     def phase(self) -> str:
-        """provisioning, connecting, starting, agent, grading, teardown."""
+        """provisioning, connecting, starting, agent, grading, verifying, teardown."""
         return self._phase
 
     @phase.setter
@@ -121,6 +153,17 @@ class Run:
         if self.grade is None or (self.error is not None and self.error.phase != "teardown"):
             return None
         return self.grade.reward
+
+    @property
+    def evaluation_failed(self) -> bool:
+        """The run was graded but its evaluation failed (a reward or metric raised): not
+        the same as a reward of 0."""
+        return self.status == "completed" and self.grade is not None and self.grade.is_error
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the task's graders asked `tasks.start` to have sent with the grade."""
+        return _needs(self.start_result)
 
     @property
     def answer(self) -> Any:
@@ -201,17 +244,55 @@ class Run:
             self.trace.add("user", self.prompt)
 
     async def submit(self) -> Grade:
-        """Send `tasks.grade` with `trace.content` and record the grade."""
+        """Send `tasks.grade` with `trace.content` and record the grade.
+
+        With it go `stop_reason` when the run has one, the conversational `trace` when
+        the task needs it, and the `judge` endpoint when the task needs one and the
+        engine opened it.
+        """
         t0 = time.time()
-        result = await self._live().grade(self.trace.content)
-        try:
-            grade = Grade.from_wire(result)
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise ProtocolError(f"tasks.grade returned a bad result: {exc}") from None
-        self.grade = grade
+        params = self._grade_params(self.needs)
+        result = await self._live().grade(self.trace.content, **params)
+        self.grade = _parse_grade(result)
         self.trace.add("task", result, start=t0, phase="evaluate")
         self.status = "completed"
-        return grade
+        return self.grade
+
+    async def verify(self, client: EnvClient) -> Grade:
+        """Run the task's verifier on `client` and make its grade the run's.
+
+        The verifier is started like any task and sent the actor's grade (its wire
+        dict) as its answer; its steps go to `verifier_trace`, the actor's grade to
+        `actor_grade`. From the start no actor grade stands as the run's: a failure
+        here leaves the run ungraded.
+        """
+        verifier = self.task.verifier
+        if verifier is None:
+            raise ValueError(f"{self.slug}: the task names no verifier")
+        if self.grade is None:
+            raise ValueError(f"{self.slug}: the actor is not graded yet")
+        self.actor_grade, self.grade = self.grade, None
+        self.verifier_trace = trace = Trace(uuid.uuid4().hex)
+        t0 = time.time()
+        started = await client.start_task(verifier.id, verifier.args)
+        trace.add("task", started, start=t0, phase="setup", task=verifier.id)
+        t0 = time.time()
+        answer = self.actor_grade.to_wire()
+        result = await client.grade(answer, **self._grade_params(_needs(started)))
+        self.grade = _parse_grade(result)
+        trace.add("task", result, start=t0, phase="evaluate", task=verifier.id)
+        return self.grade
+
+    def _grade_params(self, needs: frozenset[str]) -> dict[str, Any]:
+        """`tasks.grade`'s params beside the answer, per the contract."""
+        params: dict[str, Any] = {}
+        if self.stop_reason is not None:
+            params["stop_reason"] = self.stop_reason
+        if "trace" in needs:
+            params["trace"] = self.trace.conversation()
+        if "judge" in needs and self.judge is not None:
+            params["judge"] = self.judge.to_params()
+        return params
 
     def fail(self, phase: str, exc: BaseException) -> None:
         """Mark the run failed in `phase` with `exc` (the engine calls this).
@@ -236,7 +317,20 @@ class Run:
             self.on_checkpoint(state)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON row for this run (task, grade, error, trace, timing)."""
+        """The JSON row for this run (task, grade, error, trace, timing); `actor_grade`,
+        `verifier_trace`, `group_rewards` and `advantage` only when set."""
+        row = self._row()
+        if self.actor_grade is not None:
+            row["actor_grade"] = self.actor_grade.to_dict()
+        if self.verifier_trace is not None:
+            row["verifier_trace"] = self.verifier_trace.to_dict()
+        if self.group_rewards:
+            row["group_rewards"] = dict(self.group_rewards)
+        if self.advantage is not None:
+            row["advantage"] = self.advantage
+        return row
+
+    def _row(self) -> dict[str, Any]:
         grade = self.grade
         return {
             "task": self.task.model_dump(mode="json", exclude_none=True),
@@ -269,3 +363,18 @@ class Run:
         if self.client is None:
             raise ChannelError("this run has no live connection")
         return self.client
+
+
+def _needs(start_result: Any) -> frozenset[str]:
+    needs = start_result.get("needs") if isinstance(start_result, dict) else None
+    return frozenset(n for n in needs if isinstance(n, str)) if isinstance(needs, list) else _NONE
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+def _parse_grade(result: dict[str, Any]) -> Grade:
+    try:
+        return Grade.from_wire(result)
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ProtocolError(f"tasks.grade returned a bad result: {exc}") from None

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..agents._run import Run
 from ..records._records import JobStats
+from ._groups import groups
 
 __all__ = ["Job"]
 
@@ -40,6 +41,10 @@ class Job:
             mean_reward=sum(rewards) / len(rewards) if rewards else None,
             errors_by_phase=dict(phases),
         )
+
+    def groups(self) -> dict[str, list[Run]]:
+        """The runs by group id (the repeats of one row), in order."""
+        return groups(self.runs)
 
     @property
     def mean_reward(self) -> float | None:

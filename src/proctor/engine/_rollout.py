@@ -7,15 +7,16 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RemoteError, RolloutTimeout, RuntimeLaunchError
-from ..agents._run import Run
+from ..agents._run import JudgeEndpoint, Run
 from ..channel._client import connect
 from ..records._records import RunError
+from ._groups import apply_group_rewards, check_group_rewards
 from ._job import Job
 from ._timeouts import Timeouts
 
@@ -43,6 +44,7 @@ async def rollout(
     proxy: InterceptionProxy | None = None,
     limits: ModelLimits | None = None,
     launch_retries: int = 0,
+    judge: InterceptionProxy | None = None,
 ) -> Run:
     """Run one task end to end and return its `Run`, graded or failed.
 
@@ -50,6 +52,13 @@ async def rollout(
     the teardown deadline, which the rollout deadline never cuts short. A failure
     anywhere becomes `run.error` (with its phase); only cancellation propagates, after
     cleanup. A run that fails after the task may have started cancels it first.
+
+    An agent stopped by its own deadline (`Timeouts.agent`) or by a budget of its proxy
+    session (a refused turn, whatever the agent did then) is still graded on what it
+    left: `run.stop_reason` is `timeout` or the budget's name. A task with a
+    `verifier` is then graded again by it (phase `verifying`; see `Run.verify`), on
+    the same connection when the verifier names the same environment and no
+    `runtime_config`, else on a fresh substrate from `runtime`.
 
     Args:
         task: the row to run.
@@ -64,6 +73,9 @@ async def rollout(
         limits: that session's budgets (default: the proxy's).
         launch_retries: fresh substrates to try when a launch fails before the agent
             starts (see `execute`).
+        judge: an interception proxy for the task's graders: a session on it is open
+            for the grading phase only, sent as `judge` when the task needs one; its
+            turns land on the trace marked `data["judge"] = True` (and in `run.cost`).
 
     Returns:
         The run: `completed` with a grade, or `failed` with the phase that failed.
@@ -80,6 +92,7 @@ async def rollout(
         proxy=proxy,
         limits=limits,
         launch_retries=launch_retries,
+        judge=judge,
     )
 
 
@@ -112,6 +125,7 @@ async def execute(
     limits: ModelLimits | None = None,
     launch_retries: int = 0,
     adopt: Adoption | None = None,
+    judge: InterceptionProxy | None = None,
 ) -> Run:
     """`rollout()` on a `Run` the caller made (a batch records it; a distributed
     executor watches its phase).
@@ -130,6 +144,7 @@ async def execute(
             async with _scope(deadlines.rollout, run):
                 stack = await _launch(run, runtime, deadlines, launch_retries, adopt)
                 await _act(run, agent, deadlines, stack, proxy, limits)
+                await _grade(run, deadlines, stack, judge, runtime)
         except BaseException:
             await _abandon(run, stack, deadlines.teardown)
             raise
@@ -142,7 +157,7 @@ async def execute(
     except RolloutTimeout as exc:
         run.fail(exc.phase, exc)
     except Exception as exc:
-        run.fail(run.phase, exc)
+        run.fail(_phase_of(exc, run.phase), exc)
         log.debug("rollout %s failed in %s", run.slug, run.phase, exc_info=True)
     finally:
         run.client = None
@@ -236,7 +251,7 @@ async def _act(
     proxy: InterceptionProxy | None,
     budgets: ModelLimits | None,
 ) -> None:
-    """The agent phase (with its proxy session, if any), then grading."""
+    """The agent phase, with its proxy session if any."""
     if proxy is not None:  # opened first, so whoever hears the phase sees it
         trace = None if getattr(agent, "records_turns", False) else run.trace
         run.proxy_session = session = proxy.open_session(run.trace_id, limits=budgets, trace=trace)
@@ -245,13 +260,87 @@ async def _act(
     try:
         async with _scope(limits.agent, run):
             await agent(run)
+    except Exception as exc:
+        if not _stopped(run, exc):
+            raise
+        log.debug("agent of %s stopped (%s), graded anyway: %r", run.slug, run.stop_reason, exc)
     finally:
         if run.proxy_session is not None:  # a late request from the harness gets 409
             run.proxy_session.close()
             run.stop_reason = run.stop_reason or run.proxy_session.stop_reason
+
+
+def _stopped(run: Run, exc: Exception) -> bool:
+    """Whether the agent was stopped (its deadline, or a budget the proxy enforced)
+    rather than crashed; sets `run.stop_reason` for the deadline."""
+    if isinstance(exc, RolloutTimeout) and exc.phase == "agent":
+        run.stop_reason = "timeout"
+        return True
+    return run.proxy_session is not None and run.proxy_session.stop_reason is not None
+
+
+async def _grade(
+    run: Run,
+    limits: Timeouts,
+    stack: AsyncExitStack,
+    judge: InterceptionProxy | None,
+    runtime: RuntimeLike,
+) -> None:
+    """Grading, then the verifier's if the task names one; a judge session open for both."""
     run.phase = "grading"
+    with _judging(run, judge):
+        async with _scope(limits.grade, run):
+            await run.submit()
+        if run.task.verifier is not None:
+            await _verify(run, run.task.verifier, limits, stack, runtime)
+
+
+@contextlib.contextmanager
+def _judging(run: Run, judge: InterceptionProxy | None) -> Iterator[None]:
+    """A session on the `judge` proxy for as long as grading lasts, its turns marked."""
+    if judge is None:
+        yield
+        return
+    first = len(run.trace.steps)
+    session = judge.open_session(f"{run.trace_id}-judge", trace=run.trace)
+    upstream = judge.upstreams.get("openai")
+    model = None if upstream is None else upstream.model
+    run.judge = JudgeEndpoint(session.base_url, session.secret, model)
+    try:
+        yield
+    finally:
+        run.judge = None
+        session.close()
+        for step in run.trace.steps[first:]:
+            if step.kind == "model_turn":
+                step.data = {**(step.data or {}), "judge": True}
+
+
+async def _verify(
+    run: Run, verifier: Task, limits: Timeouts, stack: AsyncExitStack, runtime: RuntimeLike
+) -> None:
+    """Grade the actor's grade with the task's verifier (HUD's verifier phase): on the
+    actor's connection when it names the same environment and no runtime of its own."""
+    run.phase = "verifying"
+    client = run.client
+    if client is None or verifier.env != run.task.env or verifier.runtime_config is not None:
+        endpoint = await stack.enter_async_context(runtime(verifier))
+        async with _scope(limits.connect, run):
+            client = await stack.enter_async_context(
+                connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
+            )
     async with _scope(limits.grade, run):
-        await run.submit()
+        await run.verify(client)
+
+
+def _phase_of(exc: Exception, phase: str) -> str:
+    """The phase to blame: a lifecycle hook's own (`setup`, `finalize`), from the error
+    the environment answered, else `phase`."""
+    if isinstance(exc, RemoteError) and isinstance(exc.data, dict):
+        hook = exc.data.get("phase")
+        if hook in ("setup", "finalize"):
+            return str(hook)
+    return phase
 
 
 async def _abandon(run: Run, stack: AsyncExitStack, limit: float) -> None:
@@ -261,7 +350,7 @@ async def _abandon(run: Run, stack: AsyncExitStack, limit: float) -> None:
     shared server would keep it for the park TTL.
     """
     try:
-        if run.client is not None and run.phase in ("starting", "agent", "grading"):
+        if run.client is not None and run.phase in ("starting", "agent", "grading", "verifying"):
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(limit / 2):
                     await run.client.cancel()
@@ -307,26 +396,36 @@ async def run_taskset(
     proxy: InterceptionProxy | None = None,
     limits: ModelLimits | None = None,
     executor: Literal["local", "ray"] | RayExecutor = "local",
+    judge: InterceptionProxy | None = None,
 ) -> Job:
     """Run every task `group` times and return the `Job`; never raises for a rollout.
 
     Rows expand into `(task, group_id)` pairs (repeats of a row share a group id);
     placement is resolved once; at most `max_concurrent` rollouts run at a time. Runs
-    land in `job.runs` in expansion order; `on_run` hears each as it finishes. With a
-    `proxy`, each rollout gets its own session on it (budgets `limits`).
+    land in `job.runs` in expansion order; `on_run` hears each as it finishes (before
+    its group's rewards). With a `proxy`, each rollout gets its own session on it
+    (budgets `limits`); with a `judge` proxy, each grading phase gets one on it.
+
+    Once every rollout ended, each group's runs get the group rewards of their row's
+    environment (`@env.group_reward`, found by name in this process) and, in a group
+    of two or more, `run.advantage` (see `apply_group_rewards`).
 
     `executor="local"` runs every agent loop in this event loop; `"ray"` (or a
     `RayExecutor` for its options) runs them on Ray workers across a cluster, which
     need the agent and `runtime` to be picklable; `proxy` is not supported there.
 
     Raises:
-        ValueError: a bad count or executor, or a `proxy` with `executor="ray"`.
+        ValueError: a bad count or executor, a `proxy` or `judge` with
+            `executor="ray"`, or a group smaller than 2 for a row whose environment
+            has group rewards (before anything starts).
         RuntimeLaunchError: `executor="ray"` could not reach Ray or start a shard.
     """
     group = _check_counts(group, max_concurrent)
-    runner = _executor(executor, proxy, limits)
+    runner = _executor(executor, proxy, limits, judge)
     job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
-    pairs = [(task, gid) for task in tasks for gid in [uuid.uuid4().hex] for _ in range(group)]
+    rows = list(tasks)
+    check_group_rewards(rows, group)
+    pairs = [(task, gid) for task in rows for gid in [uuid.uuid4().hex] for _ in range(group)]
     results = _Results(len(pairs), on_run)
     try:
         await runner.run(
@@ -339,7 +438,9 @@ async def run_taskset(
             finished=results.finished,
         )
     finally:
-        job.runs.extend(results.runs())
+        runs = results.runs()
+        job.runs.extend(runs)
+    await apply_group_rewards(runs)
     return job
 
 
@@ -374,9 +475,15 @@ class _Results:
 class _LocalExecutor:
     """Every agent loop in this event loop, at most `max_concurrent` at a time."""
 
-    def __init__(self, proxy: InterceptionProxy | None, limits: ModelLimits | None) -> None:
+    def __init__(
+        self,
+        proxy: InterceptionProxy | None,
+        limits: ModelLimits | None,
+        judge: InterceptionProxy | None,
+    ) -> None:
         self.proxy = proxy
         self.limits = limits
+        self.judge = judge
 
     async def run(
         self,
@@ -403,6 +510,7 @@ class _LocalExecutor:
                     timeout=timeout,
                     proxy=self.proxy,
                     limits=self.limits,
+                    judge=self.judge,
                 )
                 finished(i, run)
 
@@ -412,11 +520,14 @@ class _LocalExecutor:
 
 
 def _executor(
-    executor: object, proxy: InterceptionProxy | None, limits: ModelLimits | None
+    executor: object,
+    proxy: InterceptionProxy | None,
+    limits: ModelLimits | None,
+    judge: InterceptionProxy | None,
 ) -> _LocalExecutor | RayExecutor:
     """The executor to run on: local (this event loop) or a `RayExecutor`."""
     if executor == "local":
-        return _LocalExecutor(proxy, limits)
+        return _LocalExecutor(proxy, limits, judge)
     from ._ray_executor import RayExecutor
 
     if executor == "ray":
@@ -425,6 +536,8 @@ def _executor(
         raise ValueError(f"executor must be 'local', 'ray' or a RayExecutor, not {executor!r}")
     if proxy is not None:
         raise ValueError("proxy= serves agents in this process; executor='ray' cannot use it")
+    if judge is not None:
+        raise ValueError("judge= serves graders in this process; executor='ray' cannot use it")
     return executor
 
 
