@@ -3,8 +3,9 @@
 They run where the environment runs (its process, inside whatever substrate the
 runtime gave it), never in the driver. `run` and `command` go through a given shell
 (`ShellServer.run`, `ShellClient.run`) or start a local shell; `run_uv_script` has uv
-install a script's inline (PEP 723) dependencies into uv's cache and an ephemeral
-environment, so they never touch the environment's, or the driver's, packages.
+install a script's inline (PEP 723) dependencies into uv's cache and an environment uv
+keeps there for the script, so they never touch the environment's, or the driver's,
+packages.
 
 Every process gets an allowlisted environment (no keys or tokens), leads its own
 process group (killed when it times out, and once it ended, so nothing it started
@@ -130,14 +131,13 @@ async def command(
     if match not in ("contains", "regex", "exact"):
         raise ValueError(f"match is 'contains', 'regex' or 'exact', not {match!r}")
     result = await run(cmd, shell=shell, cwd=cwd, timeout=timeout)
-    if result.timed_out or (expect_exit is not None and result.exit_code != expect_exit):
-        return 0.0
-    if expect_output is None:
-        return 1.0
-    return 1.0 if _matches(result.stdout, expect_output, match) else 0.0
+    exited = expect_exit is None or result.exit_code == expect_exit
+    printed = expect_output is None or _matches(result.stdout, expect_output, match)
+    return 1.0 if exited and printed and not result.timed_out else 0.0
 
 
 def _matches(output: str, expected: str, match: Match) -> bool:
+    """Whether `output` shows `expected` the way `match` says."""
     if match == "regex":
         return re.search(expected, output, re.MULTILINE) is not None
     if match == "exact":
