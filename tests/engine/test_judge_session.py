@@ -136,3 +136,12 @@ async def test_run_taskset_gives_each_grading_its_own_judge_session(
     for run in job.runs:  # one judge turn each, on its own trace
         turns = [s for s in run.trace.steps if s.kind == "model_turn"]
         assert len(turns) == 1 and turns[0].data is not None and turns[0].data["judge"]
+
+
+async def test_the_judge_names_the_model_its_proxy_pins() -> None:
+    async with (
+        FakeModelServer(lambda request: "0.5") as fake,
+        InterceptionProxy(Upstream(fake.url, model="gpt-4.1-mini")) as pinned,
+    ):
+        run = await rollout(poem(topic="fog"), answer, judge=pinned)
+    assert run.reward == 0.5 and seen["judge"].model == "gpt-4.1-mini"
