@@ -97,6 +97,10 @@ class _ScopedFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
+        # Cheap first: only a name that exists under `root` costs a second lookup.
+        local = [str(self.root)] if path is None else [p for p in path if _under(p, self.root)]
+        if not local or importlib.machinery.PathFinder.find_spec(fullname, local) is None:
+            return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.origin is None or not _under(spec.origin, self.root):
             return None

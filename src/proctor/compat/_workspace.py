@@ -16,6 +16,7 @@ from .hud.capabilities import Capability
 __all__ = ["Workspace"]
 
 _CHUNK = 65536
+_LOGIN_TIMEOUT = 10.0  # seconds a connection may take to log in (asyncssh's default: 120)
 
 
 class Workspace:
@@ -27,7 +28,8 @@ class Workspace:
     Login is by a key pair made at `start` (the private key travels in the capability's
     `params`, as HUD's does, to authenticated control clients only); the daemon's host
     key is published for clients to pin. Port forwarding, agent forwarding and SFTP are
-    off. A session whose channel closes has its process group killed.
+    off; a connection has 10 s to log in. A session whose channel closes has its process
+    group killed.
 
     Raises:
         ImportError: a HUD `Workspace` option proctor does not map.
@@ -67,6 +69,7 @@ class Workspace:
             ),
             process_factory=self._session, encoding=None, allow_scp=False,
             agent_forwarding=False, x11_forwarding=False, sftp_factory=None,
+            login_timeout=_LOGIN_TIMEOUT,
         )  # fmt: skip
         self._keys = (host.export_public_key().decode(), client.export_private_key().decode())
 

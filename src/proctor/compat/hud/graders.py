@@ -71,6 +71,7 @@ class EvaluationResult(Grade):
         info: dict[str, Any] | None = None,
         isError: bool = False,
         subscores: list[SubScore] | None = None,
+        is_error: bool = False,
         **extra: Any,
     ) -> None:
         super().__init__(
@@ -78,7 +79,7 @@ class EvaluationResult(Grade):
             subscores=[s.to_wire() if isinstance(s, SubScore) else s for s in subscores or ()],
             info={**(info or {}), **extra},
             content=content,
-            is_error=isError,
+            is_error=isError or is_error,
             done=done,
         )
 
