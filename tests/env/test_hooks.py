@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proctor import Environment, LocalRuntime, RemoteError, agent_from_fn, rollout
+from proctor import Environment, LocalRuntime, RemoteError, TaskError, agent_from_fn, rollout
 from proctor.channel import EnvServer, connect
 from proctor.channel._client import EnvClient
 
@@ -157,3 +157,11 @@ async def test_a_failed_run_records_the_hook_phase() -> None:
         assert run.status == "failed"
         assert run.error is not None
         assert (run.error.phase, message in run.error.message) == (phase, True)
+
+
+def test_a_task_error_keeps_its_phase_across_pickling() -> None:
+    import pickle
+
+    error = pickle.loads(pickle.dumps(TaskError("t: setup timed out after 1s", phase="setup")))
+    assert (str(error), error.phase) == ("t: setup timed out after 1s", "setup")
+    assert pickle.loads(pickle.dumps(TaskError("plain"))).phase is None
