@@ -8,16 +8,17 @@ upstream (the fake model) sees the real key.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
 
-from proctor import ModelError, ModelRequestError
+from proctor import Environment, ModelError, ModelRequestError, Task, agent_from_fn, rollout
 from proctor.env import graders
 from proctor.env._judge import Judge, JudgeUnavailable
 from proctor.proxy import InterceptionProxy, ProxySession, Upstream
 from proctor.records import Trace
+from proctor.runtimes import LocalRuntime
 from proctor.testing import FakeModelServer
 
 REAL_KEY = "sk-real-upstream-key-never-leaks"
@@ -157,3 +158,55 @@ async def test_an_unreachable_judge_is_a_model_error() -> None:
     with pytest.raises(ModelError, match="unreachable") as caught:
         await judge.complete([{"role": "user", "content": "x"}])
     assert caught.value.cause == "transport"
+
+
+# -- end to end: a rollout whose grading phase gets a judge session ------------------
+
+
+TASK = Task(env="judged", id="add", args={"a": 2, "b": 2})
+
+
+def _judged_env(seen: list[Any]) -> Environment:
+    env = Environment("judged")
+
+    @env.template
+    async def add(a: int, b: int) -> AsyncGenerator[str, str]:
+        yield f"What is {a} + {b}?"
+
+    env.reward(weight=1.0)(graders.judge("gpt-4.1-mini", RUBRIC))
+
+    @env.metric
+    def judge_seen(judge: Judge | None) -> float:
+        seen.append(judge)
+        return 0.0
+
+    return env
+
+
+@pytest.mark.parametrize("replies", [["score: 0.8"]])
+async def test_a_rollout_with_a_judge_proxy_is_graded_by_the_model_and_pays_for_it(
+    fake: FakeModelServer, proxy: InterceptionProxy
+) -> None:
+    seen: list[Any] = []
+    env = _judged_env(seen)
+    async with LocalRuntime(env) as runtime:
+        run = await rollout(TASK, agent_from_fn(lambda p: "4"), runtime=runtime, judge=proxy)
+    assert run.status == "completed" and not run.evaluation_failed, run.grade
+    assert run.reward == pytest.approx(0.8)
+    judged = [s for s in run.trace.steps if s.kind == "model_turn"]
+    assert len(judged) == 1 and judged[0].data is not None and judged[0].data["judge"] is True
+    assert run.cost is not None and run.cost > 0
+    # The environment's side held the grading session's secret, never the real key.
+    (judge,) = seen
+    assert isinstance(judge, Judge) and judge.api_key.startswith("sk-proctor-")
+    assert REAL_KEY not in repr(judge) and judge.api_key != REAL_KEY
+    assert fake.requests[-1].headers.get("authorization") == f"Bearer {REAL_KEY}"
+    assert proxy.sessions == []  # the grading session closed with the phase
+
+
+async def test_without_a_judge_proxy_the_evaluation_fails_rather_than_scoring_zero() -> None:
+    env = _judged_env([])
+    async with LocalRuntime(env) as runtime:
+        run = await rollout(TASK, agent_from_fn(lambda p: "4"), runtime=runtime)
+    assert run.status == "completed" and run.evaluation_failed
+    assert run.grade is not None and "JudgeUnavailable" in run.grade.info["errors"]["judge"]

@@ -12,10 +12,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from proctor import Run
+from proctor.runtimes import LocalRuntime
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "math"
@@ -78,6 +82,39 @@ def test_the_metric_is_recorded_and_weighs_nothing(runs: list[dict[str, Any]]) -
     for run in runs:
         metrics = run["grade"]["info"]["metrics"]
         assert metrics == {"answer_length": float(len(run["trace"]["content"]))}
+
+
+@pytest.fixture
+def math_example() -> Iterator[Any]:
+    """`examples/math/tasks.py`, imported as the loader would (its folder on sys.path)."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        yield importlib.import_module("tasks")
+    finally:
+        sys.path.remove(str(EXAMPLE))
+        for name in ("env", "solver", "tasks"):
+            sys.modules.pop(name, None)
+
+
+async def test_the_group_reward_is_pass_at_2_over_each_rows_group(
+    runs: list[dict[str, Any]], uv_env: dict[str, str], math_example: Any, monkeypatch: Any
+) -> None:
+    assert runs  # the cache has math-verify now
+    monkeypatch.setenv("UV_CACHE_DIR", uv_env["UV_CACHE_DIR"])
+    async with LocalRuntime(math_example.math) as runtime:
+        job = await math_example.tasks.run(math_example.agent, runtime=runtime, group=2)
+    assert len(job.runs) == 12 and all(run.grade is not None for run in job.runs)
+    groups: dict[str, list[Run]] = {}
+    for run in job.runs:
+        groups.setdefault(run.group_id, []).append(run)
+    assert sorted(len(group) for group in groups.values()) == [2] * 6
+    for group in groups.values():
+        passed = any(run.reward == 1.0 for run in group)
+        mean = sum(run.reward or 0.0 for run in group) / 2
+        for run in group:
+            assert run.group_rewards == {"pass_at_2": 1.0 if passed else 0.0}
+            assert run.advantage == pytest.approx((run.reward or 0.0) - mean)
+            assert run.grade is not None and run.reward == run.grade.reward  # weight 0
 
 
 def test_math_verify_never_entered_proctors_interpreter(runs: list[dict[str, Any]]) -> None:
