@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from _support.waiting import until
-from proctor.env import ShellResult, ShellServer, graders
+from proctor import Environment, Run, Task, rollout
+from proctor.env import ShellClient, ShellResult, ShellServer, graders
+from proctor.runtimes import LocalRuntime
 
 SECRET = "sk-driver-secret-never-in-a-grader"
 
@@ -237,3 +239,39 @@ async def test_a_shared_scripts_folder_that_is_not_private_is_refused(
     monkeypatch.setattr("proctor.env._graders_exec.SCRIPTS", str(folder))
     with pytest.raises(PermissionError, match="not a private folder"):
         await graders.run_uv_script(ENV_DUMP)
+
+
+# -- in a rollout: a reward scoring what the agent left in the substrate -------------
+
+
+def _workshop(folder: Path) -> Environment:
+    env = Environment("workshop")
+    env.add_shell(cwd=folder)
+
+    @env.template
+    async def write(text: str) -> AsyncGenerator[str, str]:
+        yield f"Write {text!r} to answer.txt."
+
+    @env.reward(weight=1.0)
+    async def written(shell: ShellServer, task: Any) -> float:
+        return await graders.command(
+            "cat answer.txt", shell=shell, expect_output=task.text, match="exact"
+        )
+
+    return env
+
+
+@pytest.mark.parametrize(("command", "reward"), [("echo 42 > answer.txt", 1.0), ("true", 0.0)])
+async def test_a_reward_runs_a_command_through_the_injected_shell(
+    tmp_path: Path, command: str, reward: float
+) -> None:
+    async def agent(run: Run) -> None:
+        await ShellClient(run.binding("shell").url).run(command)
+        run.trace.content = "done"
+
+    task = Task(env="workshop", id="write", args={"text": "42"})
+    async with LocalRuntime(_workshop(tmp_path)) as runtime:
+        run = await rollout(task, agent, runtime=runtime)
+    assert run.status == "completed" and not run.evaluation_failed, run.error
+    assert run.reward == reward
+    assert run.grade is not None and run.grade.subscores[0]["name"] == "written"
