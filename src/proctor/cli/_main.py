@@ -424,7 +424,7 @@ def _add_validate(commands: _Commands) -> None:
     )
     validate.add_argument(
         "-j",
-        "--max-concurrency",
+        "--max-concurrent",
         type=_positive_int,
         metavar="N",
         help="rollouts at a time with --oracle (default: all for local and tcp, 2 per CPU "

@@ -130,6 +130,15 @@ def _record_dir(args: argparse.Namespace, batch_id: str) -> str | None:
 
 
 def _check_files(args: argparse.Namespace, runtime: str, env_source: str) -> None:
+    check_source(runtime, env_source)
+    if args.output and os.path.lexists(args.output):
+        raise CLIError(f"{args.output} already exists; --output writes a new file")
+    if args.output_dir and os.path.lexists(args.output_dir):
+        raise CLIError(f"{args.output_dir} already exists; --output-dir must be new")
+
+
+def check_source(runtime: str, env_source: str) -> None:
+    """Refuse an environment source the runtime cannot serve (before anything loads)."""
     if not _remote(runtime) and not _is_python(env_source):
         raise CLIError(
             f"{env_source} is not a Python source, so it defines no environment; "
@@ -137,10 +146,6 @@ def _check_files(args: argparse.Namespace, runtime: str, env_source: str) -> Non
         )
     if runtime in _CHILDREN and not Path(env_source).exists():
         raise CLIError(f"{env_source}: no such file")
-    if args.output and os.path.lexists(args.output):
-        raise CLIError(f"{args.output} already exists; --output writes a new file")
-    if args.output_dir and os.path.lexists(args.output_dir):
-        raise CLIError(f"{args.output_dir} already exists; --output-dir must be new")
 
 
 def _served(source: str, env_source: str, env_name: str | None, row_envs: list[str]) -> Environment:
@@ -262,15 +267,21 @@ def _parse_runtime(text: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _provider(plan: _Plan) -> AsyncIterator[RuntimeLike]:
+async def provider(
+    runtime: str,
+    env_source: str,
+    env_name: str | None,
+    served: Environment | None,
+    token: str | None,
+) -> AsyncIterator[RuntimeLike]:
+    """The runtime a `--runtime` value names, up for as long as the block runs."""
     from ..runtimes import LocalRuntime, SubprocessRuntime, UrlRuntime
 
-    runtime, env_source, env_name = plan.runtime, plan.env_source, plan.env_name
     if runtime == "local":
         # Entered once so the environment starts once for the batch, and a failing
         # initialize hook fails here with one message instead of once per run.
-        assert plan.served is not None
-        local = LocalRuntime(plan.served)
+        assert served is not None
+        local = LocalRuntime(served)
         async with local:
             yield local
     elif runtime == "subprocess":
@@ -285,7 +296,7 @@ async def _provider(plan: _Plan) -> AsyncIterator[RuntimeLike]:
         async with sandbox:
             yield sandbox
     else:
-        yield UrlRuntime(runtime, token=plan.token)  # _check_rows reached it already
+        yield UrlRuntime(runtime, token=token)  # proctor run checked the rows on it already
 
 
 # -- rows -------------------------------------------------------------------------------
@@ -414,7 +425,9 @@ async def _rollouts(plan: _Plan, writer: _Writer | None) -> tuple[Job, float]:
     slots = _slots(plan)
     tally = Tally(len(slots))
     async with contextlib.AsyncExitStack() as stack:
-        provider = await stack.enter_async_context(_provider(plan))
+        runtime = await stack.enter_async_context(
+            provider(plan.runtime, plan.env_source, plan.env_name, plan.served, plan.token)
+        )
         if plan.proxy is not None:
             await stack.enter_async_context(plan.proxy)
         store = _open_store(plan, slots, stack)
@@ -424,7 +437,7 @@ async def _rollouts(plan: _Plan, writer: _Writer | None) -> tuple[Job, float]:
         runs: list[Run | None] = [None] * len(slots)
         t0 = time.perf_counter()
         try:
-            await _drain(plan, slots, _Context(provider, store, tally, job.id), runs, writer)
+            await _drain(plan, slots, _Context(runtime, store, tally, job.id), runs, writer)
         finally:
             wall = time.perf_counter() - t0
             job.runs.extend(r for r in runs if r is not None)

@@ -8,7 +8,7 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from .._usererror import print_error
 from ._common import CLIError, print_json, read_token, run_async, split_source
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from ..engine import Timeouts
     from ..env import Environment
     from ..tasks import Taskset, ValidationReport
-    from ._run import _Plan
 
 __all__ = ["cmd_validate"]
 
@@ -44,7 +43,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 @dataclass(slots=True)
 class _Setup:
-    """Where the environments run: what `proctor run`'s `_provider` reads of a plan."""
+    """Where the environments run, checked as `proctor run` checks them."""
 
     source: str
     runtime: str
@@ -63,16 +62,16 @@ def _setup(args: argparse.Namespace) -> _Setup:
         CLIError: a usage error.
     """
     from ..engine import Timeouts
-    from ._run import _CHILDREN, _check_files, _parse_runtime
+    from ._run import _CHILDREN, _parse_runtime, check_source
 
     source, env_name = split_source(args.source, args.env)
     if not os.path.lexists(source):
         raise CLIError(f"{source}: no such file")
     runtime = _parse_runtime(args.runtime)
     env_source = args.env_source or source
-    _check_files(argparse.Namespace(output=None, output_dir=None), runtime, env_source)
+    check_source(runtime, env_source)
     timeouts = Timeouts(rollout=args.timeout) if args.timeout else Timeouts.bounded()
-    max_concurrent = args.max_concurrency
+    max_concurrent = args.max_concurrent
     if max_concurrent is None and runtime in _CHILDREN:
         max_concurrent = 2 * (os.cpu_count() or 1)
     return _Setup(
@@ -89,7 +88,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
 async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -> ValidationReport:
     """Bring the runtime up as `proctor run` does and validate every row on it."""
     from ..tasks import validate
-    from ._run import _provider, _remote
+    from ._run import _remote, provider
 
     envs = sorted({task.env for task in taskset})
     if setup.env_name is None and len(envs) == 1 and not _remote(setup.runtime):
@@ -99,7 +98,9 @@ async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -
 
         setup.served = find_environment(setup.env_source, setup.env_name)
     async with contextlib.AsyncExitStack() as stack:
-        runtime = await stack.enter_async_context(_provider(cast("_Plan", setup)))
+        runtime = await stack.enter_async_context(
+            provider(setup.runtime, setup.env_source, setup.env_name, setup.served, setup.token)
+        )
         return await validate(
             taskset,
             runtime=runtime,
