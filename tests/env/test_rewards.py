@@ -348,3 +348,26 @@ def _returning(value: float, is_async: bool) -> Any:
 
         return async_reward
     return lambda: value
+
+
+async def test_functions_registered_after_a_run_apply_to_the_next() -> None:
+    env = Environment("rewards-late")
+
+    @env.template
+    async def t() -> Any:
+        yield "x"
+        yield 0.5
+
+    assert (await graded(env, t())).subscores == []
+
+    @env.reward
+    def late() -> float:
+        return 1.0
+
+    assert [s["name"] for s in (await graded(env, t())).subscores] == ["late", "t"]
+
+    @t.metric
+    def later() -> float:
+        return 2.0
+
+    assert (await graded(env, t())).metrics == {"later": 2.0}

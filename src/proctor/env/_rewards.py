@@ -143,6 +143,7 @@ class Scoring:
         self._metrics: list[Scorer] = []
         self._setups: list[Scorer] = []
         self._finalizers: list[Scorer] = []
+        self._generation = 0  # counts registrations, so a cached `Plan` knows it is stale
 
     def _known_names(self) -> frozenset[str]:
         """The parameter names functions registered here may take."""
@@ -209,6 +210,7 @@ class Scoring:
             if scored and made.name in self._taken_names():
                 raise TemplateError(f"{what} {made.name!r}: a reward or metric has that name")
             into.append(made)
+            self._generation += 1
             return f
 
         return register(fn) if fn is not None else register
@@ -224,28 +226,23 @@ class Plan:
     metrics: tuple[Scorer, ...] = ()
     solution: Scorer | None = None
     objects: Mapping[str, Any] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    """What `tasks.grade` must carry: `trace` (for `trace` or `run`) and/or `judge`."""
 
     @classmethod
     def of(
         cls, scopes: Sequence[Scoring], solution: Scorer | None, objects: Mapping[str, Any]
     ) -> Plan:
         """Gather the functions of `scopes` (outermost first)."""
-        return cls(
-            tuple(s for scope in scopes for s in scope._setups),
-            tuple(s for scope in scopes for s in scope._finalizers),
-            tuple(s for scope in scopes for s in scope._rewards),
-            tuple(s for scope in scopes for s in scope._metrics),
-            solution,
-            objects,
+        setups, finalizers, rewards, metrics = (
+            tuple(s for scope in scopes for s in getattr(scope, kind))
+            for kind in ("_setups", "_finalizers", "_rewards", "_metrics")
         )
-
-    @property
-    def needs(self) -> list[str]:
-        """What `tasks.grade` must carry: `trace` (for `trace` or `run`) and/or `judge`."""
-        every = (*self.setups, *self.finalizers, *self.rewards, *self.metrics)
-        names = {n for s in (*every, *filter(None, [self.solution])) for n in s.params}
+        every = [*setups, *finalizers, *rewards, *metrics, *([solution] if solution else [])]
+        names = {n for s in every for n in s.params}
         wanted = [("trace", {"trace", "run"}), ("judge", {"judge"})]
-        return [need for need, by in wanted if names & by]
+        needs = tuple(need for need, by in wanted if names & by)
+        return cls(setups, finalizers, rewards, metrics, solution, objects, needs)
 
 
 class Context:

@@ -56,11 +56,12 @@ class TaskRunner:
             TaskError: a setup hook failed (`phase="setup"`), the task raised, ended
                 early, or yielded no prompt.
         """
-        await self._hooks(self._plan.setups, "setup")
+        plan = self._plan
+        if plan.setups:
+            await self._hooks(plan.setups, "setup")
         frame = await self._first()
         self._ctx.values["prompt"] = frame["prompt"]
-        needs = self._plan.needs
-        return {**frame, "needs": needs} if needs else frame
+        return {**frame, "needs": list(plan.needs)} if plan.needs else frame
 
     async def _first(self) -> dict[str, Any]:
         try:
@@ -131,7 +132,8 @@ class TaskRunner:
         """Finalize, then send the answer in: the second yield, or `_ENDED`."""
         answer = self.template.parse_answer(payload.get("answer"))
         self._ctx.graded(answer, payload)
-        await self._hooks(self._plan.finalizers, "finalize")
+        if self._plan.finalizers:
+            await self._hooks(self._plan.finalizers, "finalize")
         try:
             return await gen.asend(answer)
         except StopAsyncIteration:
@@ -149,7 +151,7 @@ class TaskRunner:
             base = self._normalize(second)
             if plan.rewards:
                 return await compose(task_id, plan, self._ctx, base)
-        return await with_metrics(task_id, plan, self._ctx, base)
+        return await with_metrics(task_id, plan, self._ctx, base) if plan.metrics else base
 
     async def _hooks(self, hooks: tuple[Scorer, ...], phase: str) -> None:
         """Run lifecycle hooks in order, each within its own timeout."""

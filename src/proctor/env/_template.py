@@ -58,6 +58,8 @@ class Template(Scoring):
         self.input = input
         self.returns = returns
         self._scope = scope
+        self._plan: Plan | None = None
+        self._plan_key = (0, 0)
         self._solution: Scorer | None = None
         if solution is not None:
             self._solution = scorer(solution, self._known_names(), f"template {id!r} solution")
@@ -90,9 +92,15 @@ class Template(Scoring):
 
     def plan(self) -> Plan:
         """What a run of this template calls: its environment's functions, then its own."""
-        if self._scope is None:
-            return Plan.of([self], self._solution, {})
-        return Plan.of([self._scope, self], self._solution, self._scope._objects())
+        scope = self._scope
+        key = (self._generation, -1 if scope is None else scope._generation)
+        if self._plan is None or self._plan_key != key:
+            if scope is None:
+                self._plan = Plan.of([self], self._solution, {})
+            else:
+                self._plan = Plan.of([scope, self], self._solution, scope._objects())
+            self._plan_key = key
+        return self._plan
 
     def task_view(self, args: dict[str, Any]) -> Any:
         """The `task` injected for these bound args: the `input=` model, else a `TaskView`."""
