@@ -107,6 +107,29 @@ def test_runtime_config_is_kept_as_written() -> None:
     assert task.model_dump(mode="json", exclude_none=True)["runtime_config"] == config
 
 
+def test_numbers_read_as_pythons_json_writes_them(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    big = 10**30 + 1  # past 64 bits: orjson alone would read a float
+    path.write_text(json.dumps({"env": "e", "id": "t", "args": {"n": big, "x": float("nan")}}))
+    args = Taskset.from_file(path)[0].args
+    assert args["n"] == big and isinstance(args["n"], int)
+    assert args["x"] != args["x"]  # NaN
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b'{"env": "e", "id": "\xff"}', "invalid JSON: str is not valid UTF-8"),
+        (b'{"env": "e", "id": "t", "args": {"n": 1' + b"0" * 5000 + b"}}", "invalid JSON: "),
+    ],
+)
+def test_what_neither_parser_reads_is_one_error(tmp_path: Path, raw: bytes, error: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(raw + b"\n")
+    with pytest.raises(TasksetError, match=rf"t\.jsonl:1: {error}"):
+        Taskset.from_file(path)
+
+
 # --- slugs ----------------------------------------------------------------------------
 
 

@@ -145,13 +145,14 @@ class Taskset:
 
         A `.json` file holds an array of rows, one row object (as HUD reads it) or
         `{"name": ..., "tasks": [...]}`; a `.jsonl` file one row per line. Rows are
-        HUD's (see `Task`): HUD's fields, slugs and unknown keys all carry over. A `.py` file (or a package: a folder with an
-        `__init__.py`) contributes every `Task`, `Taskset` and list or tuple of `Task`
-        among its module globals, in definition order; an equal row seen twice counts
-        once. Any other folder names its task files: `tasks.py` and `tasks_*.py`, in
-        name order, else its one `tasks.json` or `tasks.jsonl`. No other file in the
-        folder is imported (helpers, the environment, scripts run only when a task
-        file imports them); `source_files` says which files a source reads.
+        HUD's (see `Task`): HUD's fields, slugs and unknown keys all carry over. A
+        `.py` file (or a package: a folder with an `__init__.py`) contributes every
+        `Task`, `Taskset` and list or tuple of `Task` among its module globals, in
+        definition order; an equal row seen twice counts once. Any other folder names
+        its task files: `tasks.py` and `tasks_*.py`, in name order, else its one
+        `tasks.json` or `tasks.jsonl`. No other file in the folder is imported
+        (helpers, the environment, scripts run only when a task file imports them);
+        `source_files` says which files a source reads.
 
         Args:
             path: The file or directory.
@@ -324,10 +325,14 @@ def _parse(data: bytes) -> Any:
     """
     try:
         value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
+    except orjson.JSONDecodeError as exc:
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):  # not JSON at all: orjson says where
+            raise exc from None
     if _LONG_RUN in data.translate(_DIGITS_AS_ZERO):
-        return json.loads(data)
+        with contextlib.suppress(ValueError, RecursionError):  # past 4300 digits: a float
+            value = json.loads(data)
     return value
 
 
