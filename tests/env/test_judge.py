@@ -15,7 +15,7 @@ import pytest
 
 from proctor import Environment, ModelError, ModelRequestError, Task, agent_from_fn, rollout
 from proctor.env import graders
-from proctor.env._judge import Judge, JudgeUnavailable
+from proctor.env._judge import Judge
 from proctor.proxy import InterceptionProxy, ProxySession, Upstream
 from proctor.records import Trace
 from proctor.runtimes import LocalRuntime
@@ -109,7 +109,7 @@ async def test_a_custom_parser_reads_the_reply(judge: Judge) -> None:
 
 async def test_without_a_judge_the_reward_raises_a_clear_error() -> None:
     reward = graders.judge("gpt-4.1-mini", RUBRIC)
-    with pytest.raises(JudgeUnavailable, match="no judge endpoint"):
+    with pytest.raises(RuntimeError, match="judge: no judge endpoint for this grading"):
         await reward(prompt="p", answer="a", task=None, judge=None)
 
 
@@ -209,4 +209,5 @@ async def test_without_a_judge_proxy_the_evaluation_fails_rather_than_scoring_ze
     async with LocalRuntime(env) as runtime:
         run = await rollout(TASK, agent_from_fn(lambda p: "4"), runtime=runtime)
     assert run.status == "completed" and run.evaluation_failed
-    assert run.grade is not None and "JudgeUnavailable" in run.grade.info["errors"]["judge"]
+    assert run.grade is not None
+    assert run.grade.info["errors"]["judge"].startswith("RuntimeError: judge: no judge endpoint")

@@ -23,17 +23,13 @@ import orjson
 from .._errors import HttpError, ModelError, ModelRequestError
 from .._http import HttpClient
 
-__all__ = ["Judge", "JudgeUnavailable", "judge_reward", "last_number"]
+__all__ = ["Judge", "judge_reward", "last_number"]
 
 _SYSTEM = (
     "You grade an answer to a task against a rubric. Reason briefly, then end your reply"
     " with a line `score: N`, where N is a number from {low:g} to {high:g} ({high:g} is best)."
 )
 _USER = "## Task\n{prompt}\n\n## Rubric\n{rubric}\n\n## Answer\n{answer}"
-
-
-class JudgeUnavailable(RuntimeError):
-    """A judge reward ran, but the driver sent no judge endpoint for this grading."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +167,7 @@ def judge_reward(
         The reward function: the score mapped from `scale` onto `[0, 1]`.
 
     Raises (when the reward runs):
-        JudgeUnavailable: the driver sent no judge endpoint.
+        RuntimeError: the driver sent no judge endpoint (it was given no judge proxy).
         ValueError: the reply has no score, or one outside `scale`.
         ModelError: the judge call failed.
     """
@@ -181,7 +177,7 @@ def judge_reward(
 
     async def reward(prompt: object, answer: object, task: object, judge: Judge | None) -> float:
         if judge is None:
-            raise JudgeUnavailable(
+            raise RuntimeError(
                 f"{name}: no judge endpoint for this grading (the driver was given no judge proxy)"
             )
         text = rubric(task) if callable(rubric) else rubric
