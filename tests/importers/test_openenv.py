@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from proctor import Run, Task
-from proctor.agents._tools import mcp_tools
-from proctor.engine import rollout
+from proctor.agents._tools import run_tools
+from proctor.engine import rollout, run_taskset
 from proctor.importers import detect, openenv_environment
 from proctor.runtimes import LocalRuntime
 
@@ -44,6 +44,8 @@ def echo_folder(tmp_path: Path) -> Path:
         folder / "server" / f"{NAME}_environment.py"
     )
     names = {"__ENV_NAME__": NAME, "__ENV_CLASS_NAME__": "EchoEnv", "__ENV_TITLE_NAME__": "Echo"}
+    # The edit its comment invites: more than one WebSocket session at a time.
+    names["max_concurrent_envs=1,"] = "max_concurrent_envs=4,"
     for path in folder.rglob("*"):
         if path.is_file():
             text = path.read_text()
@@ -54,17 +56,21 @@ def echo_folder(tmp_path: Path) -> Path:
 
 
 class StepAgent:
-    """Sends each action through the `step` tool; keeps the tool results."""
+    """Sends each action through the `step` tool, as `ToolAgent` offers it (the
+    episode's key as a bearer token); keeps the tool results."""
 
-    def __init__(self, *actions: dict[str, Any]) -> None:
+    def __init__(self, *actions: dict[str, Any], barrier: asyncio.Barrier | None = None) -> None:
         self.actions = actions
+        self.barrier = barrier
         self.results: list[str] = []
 
     async def __call__(self, run: Run) -> None:
         async with AsyncExitStack() as stack:
-            tools = {t.name: t for t in await mcp_tools(run.binding("openenv").url, stack)}
+            tools = {t.name: t for t in await run_tools(run, stack)}
             assert set(tools) == {"reset", "step"}
-            for action in self.actions:
+            if self.barrier is not None:  # every episode is open before any acts
+                await self.barrier.wait()
+            for action in self.actions or ({"message": run.prompt.split()[-1]},):
                 self.results.append((await tools["step"]({"action": action})).content)
         run.trace.content = ""
 
@@ -113,6 +119,22 @@ async def test_a_running_openenv_server_graded_by_its_last_reward(child_server: 
     assert run.prompt == "Echo things."
     assert run.reward == pytest.approx(0.2)
     assert run.grade is not None and run.grade.info["rewards"] == pytest.approx([0.5, 0.2])
+
+
+async def test_concurrent_episodes_in_one_process_keep_their_own_rewards(
+    echo_folder: Path,
+) -> None:
+    source = detect(echo_folder)
+    assert source is not None
+    words = ["a", "hello", "abc"]
+    rows = [
+        Task(env=NAME, id="episode", slug=word, args={"prompt": f"Say {word}"}) for word in words
+    ]
+    agent = StepAgent(barrier=asyncio.Barrier(len(rows)))
+    runtime = LocalRuntime(source.environment)
+    job = await run_taskset(rows, agent, runtime=runtime, max_concurrent=len(rows))
+    rewards = {run.slug: run.reward for run in job.runs}
+    assert rewards == pytest.approx({"a": 0.1, "hello": 0.5, "abc": 0.3})
 
 
 def test_arguments_are_checked() -> None:

@@ -12,11 +12,13 @@ runtime) for `Taskset.from_file` and `proctor run`. Heavy dependencies load lazi
 from .._public import publish
 from ._harbor import harbor_tasks
 from ._harbor_runtime import HarborRuntime
-from ._openenv import OpenEnvSession, openenv_environment, openenv_source
+from ._openenv import openenv_environment, openenv_source
+from ._openenv_session import OpenEnvServer, OpenEnvSession
 from ._source import Source, detect, harbor_source
 
 __all__ = [
     "HarborRuntime",
+    "OpenEnvServer",
     "OpenEnvSession",
     "Source",
     "detect",
