@@ -74,12 +74,20 @@ async def test_evaluate_group_runs_each_and_records_errors() -> None:
     def not_finite(runs: list[GroupMember]) -> Any:
         return math.nan
 
+    env.group_reward(weight=1.0)(group_rewards.grpo_advantage())  # negative, yet weighed
+    env.group_reward(name="unweighed")(group_rewards.grpo_advantage())
+
     values, errors = await evaluate_group(env, members(1.0, 0.0, None))
-    assert values == {"mean": [1 / 3] * 3, "each": [1.0, 1.0, 0.0]}
+    assert values == {
+        "mean": [1 / 3] * 3,
+        "each": [1.0, 1.0, 0.0],
+        "unweighed": pytest.approx([2 / 3, -1 / 3, -1 / 3]),
+    }
     assert errors == {
         "too_few": "ValueError: returned 1 values for a group of 3",
         "raises": "ZeroDivisionError: no",
         "not_finite": "ValueError: returned nan, not a finite number",
+        "grpo_advantage": "ValueError: returned -0.3333333333333333, outside [0, 1], with a weight",
     }
 
 

@@ -360,8 +360,9 @@ async def evaluate_group(
     """Run every group reward of `env` on `members`: values per name, and errors per name.
 
     A reward returning one number gives it to every member; a list must have one
-    finite number per member. One that raises or returns anything else is left out of
-    the values and recorded in the errors as `"Type: message"`.
+    finite number per member, in [0, 1] when it has a weight (it becomes a subscore).
+    One that raises or returns anything else is left out of the values and recorded in
+    the errors as `"Type: message"`.
     """
     values: dict[str, list[float]] = {}
     errors: dict[str, str] = {}
@@ -371,7 +372,7 @@ async def evaluate_group(
             result = reward.fn(runs)
             if inspect.isawaitable(result):
                 result = await result
-            values[reward.name] = _group_values(result, len(runs))
+            values[reward.name] = _group_values(result, len(runs), reward.weight > 0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -379,12 +380,17 @@ async def evaluate_group(
     return values, errors
 
 
-def _group_values(result: Any, n: int) -> list[float]:
+def _group_values(result: Any, n: int, weighed: bool) -> list[float]:
     if not isinstance(result, list | tuple):
-        return [finite(result)] * n
-    if len(result) != n:
+        values = [finite(result)] * n
+    elif len(result) != n:
         raise ValueError(f"returned {len(result)} values for a group of {n}")
-    return [finite(v) for v in result]
+    else:
+        values = [finite(v) for v in result]
+    outside = [v for v in values if not 0.0 <= v <= 1.0]
+    if weighed and outside:  # it becomes a subscore, whose value is in [0, 1]
+        raise ValueError(f"returned {outside[0]!r}, outside [0, 1], with a weight")
+    return values
 
 
 def finite(value: Any) -> float:
