@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 
 from .._errors import HttpError, ModelError, ModelRequestError
-from .._http import HttpClient
 
 __all__ = ["Judge", "judge_reward", "last_number"]
 
@@ -81,6 +80,8 @@ class Judge:
             ModelRequestError: the endpoint answered an error status.
             ModelError: it could not be reached, or its answer has no text.
         """
+        from .._http import HttpClient  # on first use: most environments have no judge
+
         name = model or self.model
         if not name:
             raise ValueError("the judge has no model: name one")
