@@ -116,6 +116,17 @@ def test_sync_from_a_file_source_and_into_a_missing_file(tmp_path: Path) -> None
     assert Taskset.from_file(target).tasks == SOURCE.tasks
 
 
+def test_a_python_source_syncs_into_a_data_file(tmp_path: Path) -> None:
+    source = tmp_path / "tasks_src.py"
+    source.write_text(
+        "from proctor import Task\n"
+        "ROWS = [Task(env='e', id='a', args={'x': 1}), Task(env='e', id='b')]\n"
+    )
+    target = tmp_path / "dst.jsonl"
+    assert [t.slug for t in sync(source, target, apply=True).to_create] == ["a-c8b0bcdb", "b"]
+    assert not diff(Taskset.from_file(source), Taskset.from_file(target)).changed
+
+
 def test_nothing_is_written_when_nothing_changes(tmp_path: Path) -> None:
     target = write_jsonl(tmp_path / "dst.jsonl", [{"id": "b", "env": "e"}])  # not normalized
     before = target.stat()
