@@ -102,6 +102,7 @@ def serve(source: Path, *flags: str) -> subprocess.CompletedProcess[str]:
         ("from hud.graders import LLMJudgeGrader", "hud.graders.LLMJudgeGrader is not supported"),
         ("import hud.agents", "hud.agents is not supported"),
         ("env = __import__('hud').Environment('x'); env.gym('CartPole-v1')", "Environment.gym"),
+        ("import hud; hud.environment.Workspace('.').discard_sandbox", "Workspace.discard_sandbox"),
     ],
 )
 def test_an_unmapped_name_is_named(tmp_path: Path, line: str, named: str) -> None:

@@ -50,6 +50,14 @@ class Workspace:
         self._server: Any = None
         self._keys: tuple[str, str] | None = None
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"Workspace.{name} is not supported by proctor's HUD compatibility layer "
+            "(mapped: start, stop, capability)"
+        )
+
     async def start(self) -> None:
         """Make the keys and listen.
 
