@@ -31,6 +31,12 @@ async def count(n: int):
     yield 1.0 if str(answer).strip() == "done" else 0.0
 
 
+@notes.template
+async def talk():
+    answer = yield "Talk a while."
+    yield 1.0 if answer else 0.0
+
+
 def note(text: str) -> str:
     """Keep a note."""
     return f"noted {len(text)} characters"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from notes_env import COMPACT_AT, NOTES, VLLM, make_policy
 
-from proctor.batch import JsonlReader, aexecute, list_rollouts
+from proctor.batch import JsonlReader, aexecute, list_rollouts, read_rollout
 from proctor.samples import samples_from_batch
 from proctor.testing import FakeModelServer
 
@@ -141,3 +141,29 @@ def test_export_refuses_what_is_not_a_record(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and "no batch.json" in done.stderr
     assert not (tmp_path / "s.jsonl").exists()
+
+
+async def test_a_branching_harness_in_a_batch(tmp_path: Path) -> None:
+    row = {"env": "notes", "id": "talk", "args": {}, "slug": "talk"}
+    (tmp_path / "tasks.json").write_text(json.dumps([row]))
+    harness = [sys.executable, str(HERE / "branching_harness.py")]
+    async with FakeModelServer(models=(MODEL,)) as fake:
+        agent = {"kind": "command", "argv": harness, "model": f"openai/{MODEL}@{fake.url}"}
+        config = {
+            "name": "harness",
+            "taskset": {"source": "tasks.json", "env_source": str(HERE / "notes_env.py")},
+            "agents": [agent],
+            "repeats": 2,
+            "max_concurrency": 2,
+            "expected_rollouts": 2,
+        }
+        (tmp_path / "batch.json").write_text(json.dumps(config))
+        out = tmp_path / "out"
+        result = await aexecute(tmp_path / "batch.json", out)
+        assert result.exit_code == 0, result
+    samples = list(samples_from_batch(out))
+    assert [s.turns for s in samples] == [[1, 2, 4], [3], [5, 6]] * 2
+    assert all(s.advantage == 0.0 and s.completion_mask for s in samples)
+    trace = read_rollout(out, samples[0].rollout_id)["trace"]
+    turns = [s for s in trace if s["kind"] == "model_turn"]
+    assert len(turns) == 6 and not any("request" in s["data"] for s in turns)

@@ -124,11 +124,12 @@ class Recording:
         fields.update(self._usage())
         if self.session is not None:
             self.rec.drop_private("session.json")
+        trace = _trace(run)
         if len(run.trace.steps) > _INLINE_STEPS:
-            for step in run.trace.to_dict().get("steps", ()):
+            for step in trace["steps"]:
                 self.rec.append_step(step)
         else:
-            fields["trace"] = run.trace.to_dict()
+            fields["trace"] = trace
         harness = _harness_output(run)
         if harness:
             self.rec.log(harness)
@@ -198,6 +199,18 @@ def _common(a: list[Any], b: list[Any]) -> int:
             break
         n += 1
     return n
+
+
+def _trace(run: Run) -> dict[str, Any]:
+    """The trace as recorded: the agent's model turns without their request bodies,
+    which `model_turns.jsonl` keeps as deltas (whole, they would grow with the square
+    of the turns). A judge's turns (not in `model_turns.jsonl`) keep theirs."""
+    trace = run.trace.to_dict()
+    for step in trace["steps"]:
+        data = step.get("data")
+        if step.get("kind") == "model_turn" and isinstance(data, dict) and not data.get("judge"):
+            step["data"] = {k: v for k, v in data.items() if k != "request"}
+    return trace
 
 
 def _sum(items: Iterable[tuple[dict[str, Any], Any]]) -> tuple[dict[str, int], float]:
