@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -192,6 +192,7 @@ def _rows(draw: st.DrawFn) -> Task:
     )
 
 
+@settings(deadline=None)  # each example writes and fsyncs four files: no timing limit
 @given(rows=st.lists(_rows(), max_size=4, unique_by=lambda t: t.slug))
 def test_any_row_round_trips_through_both_formats(
     tmp_path_factory: pytest.TempPathFactory, rows: list[Task]
