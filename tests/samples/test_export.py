@@ -15,6 +15,7 @@ import pytest
 from notes_env import COMPACT_AT, NOTES, VLLM, make_policy
 
 from proctor.batch import JsonlReader, aexecute, list_rollouts, read_rollout
+from proctor.cli import main
 from proctor.samples import samples_from_batch
 from proctor.testing import FakeModelServer
 
@@ -167,3 +168,15 @@ async def test_a_branching_harness_in_a_batch(tmp_path: Path) -> None:
     trace = read_rollout(out, samples[0].rollout_id)["trace"]
     turns = [s for s in trace if s["kind"] == "model_turn"]
     assert len(turns) == 6 and not any("request" in s["data"] for s in turns)
+
+
+def test_parquet_without_pyarrow_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "batch.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now fails
+    assert main(["export", str(tmp_path), "-o", str(tmp_path / "s.parquet")]) == 1
+    assert capsys.readouterr().err == (
+        "error: Parquet export needs pyarrow: pip install 'proctor[parquet]'\n"
+    )
+    assert not (tmp_path / "s.parquet").exists()
