@@ -227,6 +227,7 @@ class Taskset:
         proxy: InterceptionProxy | None = None,
         limits: ModelLimits | None = None,
         executor: Literal["local", "ray"] | RayExecutor = "local",
+        judge: InterceptionProxy | None = None,
     ) -> Job:
         """Run every row with `agent` and collect the results.
 
@@ -248,6 +249,7 @@ class Taskset:
             proxy=proxy,
             limits=limits,
             executor=executor,
+            judge=judge,
         )
 
 
