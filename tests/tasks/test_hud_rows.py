@@ -1,7 +1,7 @@
 """HUD task rows as found in the wild: every field of HUD's `Task`, its slug rule, one
 bare task object per `.json` file, unknown keys kept, and pydantic objects in yields.
 
-The files HUD itself writes are checked in `tests/interop/test_hud_rows.py`.
+The files HUD itself writes are checked in `tests/interop/test_hud_rows_interop.py`.
 """
 
 from __future__ import annotations
