@@ -168,5 +168,6 @@ async def test_solve_is_answered_on_the_raw_wire(tmp_path: Path) -> None:
         assert reply == {"jsonrpc": "2.0", "id": 2, "result": {"answer": "7"}}
     finally:
         writer.close()
+        await writer.wait_closed()
         await server.aclose()
         await env.stop()
