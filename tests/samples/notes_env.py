@@ -32,6 +32,18 @@ async def count(n: int):
 
 
 @notes.template
+async def strict(n: int):
+    yield f"Take {n} notes with the note tool, then answer done."
+
+
+@strict.reward
+def exactly_done(answer: str) -> float:
+    if answer != "done":
+        raise ValueError("no grade for that")
+    return 1.0
+
+
+@notes.template
 async def talk():
     answer = yield "Talk a while."
     yield 1.0 if answer else 0.0

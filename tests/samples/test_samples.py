@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from notes_env import NOTES, compacting_agent, count
+from notes_env import NOTES, compacting_agent, count, strict
 
 from proctor.engine import Job, run_taskset
 from proctor.proxy import InterceptionProxy
@@ -91,3 +91,11 @@ async def test_without_token_ids_a_sample_has_its_messages_only(
         assert s.prompt and s.completion
         assert s.prompt_token_ids is s.completion_token_ids is s.completion_mask is None
         assert s.completion_logprobs is None
+
+
+async def test_a_run_whose_evaluation_failed_gives_no_sample(proxy: InterceptionProxy) -> None:
+    job = await run_taskset([strict(n=NOTES)], compacting_agent(), proxy=proxy, group=4)
+    failed = {r.trace_id for r in job.runs if r.grade is not None and r.grade.is_error}
+    assert len(failed) == 2 and all(r.status == "completed" for r in job.runs)
+    samples = list(samples_from_job(job))
+    assert len(samples) == 4 and not failed & {s.rollout_id for s in samples}

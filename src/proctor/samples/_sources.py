@@ -23,7 +23,8 @@ PAGE = 500  # index rows read at a time
 
 
 def samples_from_job(job: Job) -> Iterator[Sample]:
-    """The samples of every graded run of `job`, one per branch of its trace.
+    """The samples of every graded run of `job`, one per branch of its trace (a run
+    whose evaluation failed, a reward or metric raising, gives none).
 
     A run's model turns are the `model_turn` steps of its trace that carry their
     request (an interception proxy records them so), else its proxy session's turns
@@ -33,12 +34,19 @@ def samples_from_job(job: Job) -> Iterator[Sample]:
     """
     groups: dict[str, list[Any]] = {}
     for run in job.runs:
-        groups.setdefault(run.group_id, []).append(run.reward)
+        groups.setdefault(run.group_id, []).append(_run_reward(run))
     for run in job.runs:
-        reward = run.reward
+        reward = _run_reward(run)
         if reward is not None:
             rollout = _run_rollout(run, reward, groups[run.group_id])
             yield from samples_of(rollout, _run_turns(run))
+
+
+def _run_reward(run: Run) -> float | None:
+    """The reward a sample may carry: None when the run failed or its evaluation did."""
+    if run.grade is not None and run.grade.is_error:
+        return None
+    return run.reward
 
 
 def _run_rollout(run: Run, reward: float, rewards: list[Any]) -> Rollout:
@@ -54,7 +62,8 @@ def _run_rollout(run: Run, reward: float, rewards: list[Any]) -> Rollout:
 
 def samples_from_batch(path: str | os.PathLike[str], *, page: int = PAGE) -> Iterator[Sample]:
     """The samples of every graded rollout of a batch output directory (`proctor
-    batch`, or a `proctor run` record), read `page` index rows at a time.
+    batch`, or a `proctor run` record), read `page` index rows at a time (a rollout
+    whose evaluation failed gives none).
 
     Model turns come from `model_turns.jsonl` (the request's conversation rebuilt from
     each line's `context`), else from the trace's `model_turn` steps that carry their
@@ -67,11 +76,11 @@ def samples_from_batch(path: str | os.PathLike[str], *, page: int = PAGE) -> Ite
     root = os.fspath(path)
     rows = _rows(root, page)
     for _, members in itertools.groupby(rows, key=lambda r: (r["task"], r["agent"])):
-        group = list(members)
-        rewards = [r["reward"] if r["status"] == "completed" else None for r in group]
-        for row in group:
-            if row["status"] == "completed" and row["reward"] is not None:
-                yield from _rollout_samples(root, row, rewards)
+        group = [(row, _record(root, row)) for row in members]
+        rewards = [_graded(row, record) for row, record in group]
+        for (row, record), reward in zip(group, rewards, strict=True):
+            if reward is not None:
+                yield from _rollout_samples(root, row, record, reward, rewards)
 
 
 def _rows(root: str, page: int) -> Iterator[dict[str, Any]]:
@@ -83,17 +92,33 @@ def _rows(root: str, page: int) -> Iterator[dict[str, Any]]:
             return
 
 
-def _rollout_samples(root: str, row: dict[str, Any], rewards: list[Any]) -> list[Sample]:
-    rid = check_id(row["id"])
-    record = load_record(os.path.join(root, "rollouts", f"{rid}.json"))
-    folder = os.path.join(root, "rollouts", rid)
+def _record(root: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A completed rollout's record ({} for the others: they give no samples)."""
+    if row["status"] != "completed" or row["reward"] is None:
+        return {}
+    return load_record(os.path.join(root, "rollouts", f"{check_id(row['id'])}.json"))
+
+
+def _graded(row: dict[str, Any], record: dict[str, Any]) -> float | None:
+    """The reward a sample may carry: a completed rollout's, unless its evaluation failed
+    (a reward or metric raised: its score is no reward to learn from)."""
+    grade = (record.get("result") or {}).get("grade") or {}
+    if not record or grade.get("is_error"):
+        return None
+    return float(row["reward"])
+
+
+def _rollout_samples(
+    root: str, row: dict[str, Any], record: dict[str, Any], reward: float, rewards: list[Any]
+) -> list[Sample]:
+    folder = os.path.join(root, "rollouts", row["id"])
     rollout = Rollout(
-        id=rid,
+        id=row["id"],
         task=row["task"],
         model=row["model"] or record.get("model"),
         group_id=record.get("group_id") or f"{row['task']}--{row['agent']}",
-        reward=row["reward"],
-        advantage=_advantage(record.get("advantage"), row["reward"], rewards),
+        reward=reward,
+        advantage=_advantage(record.get("advantage"), reward, rewards),
     )
     turns = list(rebuild_turns(JsonlReader(os.path.join(folder, "model_turns.jsonl"))))
     if not turns:
