@@ -13,7 +13,15 @@ from proctor.records import Task, args_digest
 
 
 def test_exports() -> None:
-    assert proctor.tasks.__all__ == ["Taskset"]
+    assert proctor.tasks.__all__ == [
+        "SyncPlan",
+        "TaskCheck",
+        "Taskset",
+        "ValidationReport",
+        "diff",
+        "sync",
+        "validate",
+    ]
     assert all(hasattr(proctor.tasks, name) for name in proctor.tasks.__all__)
 
 
