@@ -32,8 +32,9 @@ from .._tempdirs import owner
 from . import _files
 from ._config import Assignment, BatchConfig, RayExecutorConfig, _clean
 from ._config_load import load_config
+from ._groups import Earlier, GroupRewards, Member, group_sizes, run_from_record
 from ._plan import Plan, aplan
-from ._read import list_rollouts, recorded_cost
+from ._read import list_rollouts, read_rollout, recorded_cost
 from ._recording import Recording
 from ._setup import Setup, redactor, secret_values
 from ._store import BatchStore, Durability, read_batch
@@ -432,11 +433,15 @@ class _Runner:
         self.stopped: str | None = None
         self.error: str | None = None
         self.ran = 0
+        self.groups: GroupRewards | None = None
 
     async def run(self, work: list[_Work], total: int, view: IO[str] | None) -> BatchResult:
         store, setup = self.store, self.setup
         store.event("runner", **_runner(), mode=self.mode, work=len(work))
         self.tally = tally = Tally(total)
+        if self.config.repeats >= 2:
+            sizes = group_sizes(_group(a) for a, _, _ in work)
+            self.groups = GroupRewards(store, sizes, self._earlier(work))
         for status, n in _final_counts(store.path).items():
             tally.preset(status, n)
         t0 = time.monotonic()
@@ -519,7 +524,9 @@ class _Runner:
 
     async def _on_ray(self, executor: Any, agent: str, items: list[_Work]) -> None:
         setup = self.setup
-        pairs = [(setup.task(a.task), f"{a.task}--{a.agent}") for a, _, _ in items]
+        pairs = [(setup.task(a.task), _group(a)) for a, _, _ in items]
+
+        ended: list[tuple[Assignment, Any]] = []
 
         def finished(i: int, run: Any) -> None:
             a, attempt, _ = items[i]
@@ -528,6 +535,7 @@ class _Runner:
             self.tally.move("queued", "running")
             recording.state = "running"
             self._finished(a, run, recording, adopted=False)
+            ended.append((a, run))
 
         _ship_by_value(setup.agents[agent])
         await executor.run(
@@ -539,6 +547,8 @@ class _Runner:
             max_concurrent=self.config.max_concurrency,
             finished=finished,
         )
+        for a, run in ended:  # the shards' runs, in the order they ended
+            await self._grouped(a, run)
 
     async def _one(self, a: Assignment, attempt: int, adopted: dict[str, Any] | None) -> None:
         from ..agents import Run
@@ -550,7 +560,7 @@ class _Runner:
         run = Run(
             setup.task(a.task),
             job_id=setup.batch_id,
-            group_id=f"{a.task}--{a.agent}",
+            group_id=_group(a),
             trace_id=f"{a.rollout_id}.{attempt}",
         )
         recording = Recording(run, rec, self.tally, adoptable=setup.adoptable)
@@ -574,6 +584,29 @@ class _Runner:
             recording.finish("interrupted")
             raise
         self._finished(a, run, recording, adopt is not None)
+        await self._grouped(a, run)
+
+    async def _grouped(self, a: Assignment, run: Any) -> None:
+        """Group rewards and advantages once `run`'s group has ended (repeats >= 2)."""
+        if self.groups is not None:
+            await self.groups.ended(_group(a), a, run)
+
+    def _earlier(self, work: list[_Work]) -> Earlier:
+        """The members of a group that ended before this runner, from their records."""
+        here = {a.rollout_id for a, _, _ in work}
+        named = {_group(a): (a.task, a.agent) for a, _, _ in work}
+
+        def earlier(key: str) -> list[Member]:
+            task, agent = named[key]
+            members: list[Member] = []
+            for row in list_rollouts(self.store.path, task=task, agent=agent, limit=None):
+                if row["id"] not in here:
+                    a = _assignment(row)
+                    record = read_rollout(self.store.path, a.rollout_id)["record"]
+                    members.append((a, run_from_record(self.setup.task(task), key, record)))
+            return members
+
+        return earlier
 
     def _adoption(self, run: Any, recording: Recording, adopted: dict[str, Any]) -> Any:
         from ..engine import Adoption
@@ -642,6 +675,11 @@ class _Runner:
             wall_s=wall,
             cost_usd=spent if spent else None,
         )
+
+
+def _group(a: Assignment) -> str:
+    """A group: the repeats of one task by one agent entry (the runs' `group_id`)."""
+    return f"{a.task}--{a.agent}"
 
 
 def _ship_by_value(agent: Any) -> None:

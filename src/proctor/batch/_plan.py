@@ -343,6 +343,12 @@ def _check_environment(config: BatchConfig, loaded: Loaded) -> Check:
             f"environment {env['name']!r} reports version {env['version']!r}, "
             f"environment_version is {want!r}"
         )
+    group_rewards = env.get("group_rewards") or []
+    if group_rewards and config.repeats < 2:
+        problems.append(
+            f"environment {env['name']!r} has group rewards ({', '.join(group_rewards)}): "
+            f"they need repeats >= 2, not {config.repeats}"
+        )
     row_problems = env.get("row_problems") or {}
     if row_problems:
         details["row_problems"] = dict(list(row_problems.items())[:_SHOWN])

@@ -63,6 +63,7 @@ def _environment(
         "name": env.name,
         "version": env.version,
         "templates": sorted(env.tasks),
+        "group_rewards": [reward.name for reward in env.group_rewards],
         "row_problems": problems,
     }
 

@@ -80,7 +80,10 @@ class Setup:
             for model in dict.fromkeys(m for m in models.values() if m is not None)
         }
         runtime = build_runtime(config, batch=batch_id, log=os.path.join(out, "environment.log"))
-        return cls(config, batch_id, _rows(config), agents, models, runtime, budget, proxies)
+        tasks = _tasks(config)
+        if config.repeats >= 2:
+            _load_environment(config, {task.env for task in tasks.values()})
+        return cls(config, batch_id, _rows(tasks), agents, models, runtime, budget, proxies)
 
     async def open(self, stack: AsyncExitStack) -> None:
         """Start the runtime (if it has a lifetime, and unless Ray shards enter it
@@ -125,12 +128,12 @@ class Setup:
         return None
 
 
-def _rows(config: BatchConfig) -> dict[str, bytes]:
+def _rows(tasks: dict[str, Task]) -> dict[str, bytes]:
     """The taskset's rows (filtered by slug), each as its canonical JSON."""
     # A copy of each: an orjson result keeps a 4 KB buffer for as long as it lives.
     return {
         slug: bytes(memoryview(orjson.dumps(task.model_dump(mode="json"), option=_SORTED)))
-        for slug, task in _tasks(config).items()
+        for slug, task in tasks.items()
     }
 
 
@@ -144,6 +147,21 @@ def _tasks(config: BatchConfig) -> dict[str, Task]:
     rows = {task.slug: task for task in taskset}
     wanted = config.taskset.slugs
     return rows if wanted is None else {slug: rows[slug] for slug in wanted if slug in rows}
+
+
+def _load_environment(config: BatchConfig, names: set[str]) -> None:
+    """Define the rows' environment in this process too (if the taskset's import did
+    not), so its group rewards can run here once a group has ended."""
+    from .._loader import find_environment
+    from ..env._environment import registered
+
+    source = config.env_source()
+    if source is None or all(registered(name) for name in names):
+        return
+    try:
+        find_environment(source, config.taskset.env)
+    except Exception as exc:
+        raise _problem("taskset.env_source", f"{type(exc).__name__}: {exc}") from exc
 
 
 def _agent(config: BatchConfig, entry: Any) -> Any:

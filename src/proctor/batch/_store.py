@@ -308,6 +308,18 @@ class BatchStore:
         """Append a batch event (`{"t": time, "type": type, **data}`) to `events.jsonl`."""
         self._append_events(self._encode({"t": time.time(), "type": type, **data}), None)
 
+    def amend(self, assignment: PlannedRollout, **fields: Any) -> None:
+        """Merge `fields` into an ended rollout's record and index (what is known only
+        once its group ended: group rewards, advantage, a reward they changed).
+
+        Raises:
+            StoreError: the rollout has not ended.
+        """
+        rec = RolloutRecorder(self, assignment, 0)
+        if rec.record.get("status") not in TERMINAL:
+            raise StoreError(f"rollout {rec.id} has not ended; only an ended record is amended")
+        rec.update(**fields)
+
     def begin(
         self, assignment: PlannedRollout, *, attempt: int = 1, **fields: Any
     ) -> RolloutRecorder:

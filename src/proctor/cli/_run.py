@@ -86,6 +86,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     if env_name is None and len(row_envs) == 1 and not _remote(runtime):
         env_name = row_envs[0]  # picks the rows' environment when the source has several
     served = _served(source, env_source, env_name, row_envs) if runtime == "local" else None
+    _check_groups(taskset, args.group)
     agent, proxy = _agent(args, source, env_source)
     max_concurrent = args.max_concurrent
     if max_concurrent is None and runtime in _CHILDREN:
@@ -114,6 +115,16 @@ def _plan(args: argparse.Namespace) -> _Plan:
         batch_id=batch_id,
         allow_invalid=args.allow_invalid,
     )
+
+
+def _check_groups(taskset: Taskset, group: int) -> None:
+    """Refuse `--group 1` for rows whose environment has group rewards."""
+    from ..engine._groups import check_group_rewards
+
+    try:
+        check_group_rewards(taskset, group)
+    except ValueError as exc:
+        raise CLIError(f"{exc}; pass --group N") from None
 
 
 def _record_dir(args: argparse.Namespace, batch_id: str) -> str | None:
@@ -553,14 +564,23 @@ async def _drain(
     """Run every slot, at most `max_concurrent` at a time; each lands in `runs`."""
     import asyncio
 
+    from ..batch._groups import GroupRewards, group_sizes
+
     cursor = iter(slots)
+    groups = None
+    if plan.group >= 2:  # each group's rewards and advantages once all of it ended
+        groups = GroupRewards(ctx.store, group_sizes(slot.group_id for slot in slots))
 
     async def worker() -> None:
         for slot in cursor:
             run = await _one(plan, slot, ctx)
             runs[slot.index] = run
+            ended = [run]
+            if groups is not None:
+                ended = [r for _, r in await groups.ended(slot.group_id, slot.assignment, run)]
             if writer is not None:
-                writer(run)
+                for r in ended:
+                    writer(r)
 
     async with asyncio.TaskGroup() as tg:
         for _ in range(min(plan.max_concurrent or len(slots), len(slots))):
@@ -678,6 +698,7 @@ def summarize(job: Job, wall: float, *, every_error: bool = False) -> dict[str, 
         "wall_time_s": wall,
         "rollouts_per_s": len(job.runs) / wall if wall > 0 else None,
         "stop_reasons": total["stop_reasons"],
+        "evaluation_failed": total["evaluation_failed"],
         "usage": total["usage"],
         "cost_usd": total["cost_usd"],
         "templates": templates,
@@ -699,6 +720,7 @@ def _totals(runs: list[Run]) -> dict[str, Any]:
         "graded": len(rewards),
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,
         "errors": sum(1 for r in runs if r.error is not None),
+        "evaluation_failed": sum(1 for r in runs if r.evaluation_failed),
         "stop_reasons": dict(Counter(r.stop_reason for r in runs if r.stop_reason)),
         "usage": dict(usage),
         "cost_usd": sum(costs) if costs else None,
@@ -766,6 +788,8 @@ def render(summary: dict[str, Any]) -> str:
         ("mean reward", lambda t: _mean(t["mean_reward"])),
         ("errors", lambda t: t["errors"]),
     ]
+    if summary["evaluation_failed"]:  # a grader raised: not a reward of 0
+        columns.append(("eval failed", lambda t: t["evaluation_failed"]))
     if summary["stop_reasons"]:
         columns.append(("stopped", lambda t: sum(t["stop_reasons"].values())))
     if summary["usage"] or summary["cost_usd"] is not None:
