@@ -98,7 +98,9 @@ def _write_task(root: Path, name: str, base: str, *, verifier_timeout: float = 6
         "[environment]\nallow_internet = false\n"
     )
     (task / "instruction.md").write_text("Write the word hello into /app/answer.txt.\n")
-    (task / "environment" / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
+    (task / "environment" / "Dockerfile").write_text(
+        f"FROM {base}\nWORKDIR /app\nENV GREETING=hello\n"
+    )
     (task / "tests" / "test.sh").write_text(
         "#!/bin/bash\n"
         'answer=""\n'

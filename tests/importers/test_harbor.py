@@ -87,6 +87,20 @@ def test_malformed_tasks_are_named(make_task: Callable[..., Path], tmp_path: Pat
         harbor_tasks(task)
 
 
+async def test_without_an_engine_rows_load_and_rollouts_fail_in_provisioning(
+    make_task: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no podman, no docker
+    source = detect(make_task("hello"))
+    assert source is not None and isinstance(source.runtime, HarborRuntime)
+    async with source.runtime as runtime:
+        job = await run_taskset(source.rows, ShellAgent("true"), runtime=runtime)
+    (run,) = job.runs
+    assert run.status == "failed"
+    assert run.error is not None and run.error.phase == "provisioning"
+    assert "no container engine" in run.error.message
+
+
 # --- rollouts in podman -----------------------------------------------------------------------
 
 
@@ -115,7 +129,7 @@ async def test_the_agent_acts_in_the_container_and_test_sh_grades_it(
     make_task("hello", base_image)
     folder = make_task("wrong", base_image).parent
     rows = harbor_tasks(folder)
-    agent = ShellAgent("echo hello > answer.txt && pwd")
+    agent = ShellAgent("echo $GREETING > answer.txt && pwd")  # the image's ENV
     runs = await _run(rows, agent, runtime_options)
     by_slug = {run.slug: run for run in runs}
     assert all(run.status == "completed" for run in runs), [run.error for run in runs]

@@ -2,10 +2,11 @@
 
 `HarborRuntime` runs `python -m proctor.serve` on this file in the task's image. The
 agent acts through the `shell` capability (commands run in the container, in the
-image's working directory). After the agent, the row's test files are written to
-`/tests` and `bash /tests/test.sh` runs in the same container, as Harbor runs it; the
-reward is what it wrote to `/logs/verifier/reward.txt` (one number) or
-`/logs/verifier/reward.json` (its `reward` entry, else the mean of its numbers).
+image's working directory, with the image's environment variables). After the agent,
+the row's test files are written to `/tests` and `bash /tests/test.sh` runs in the
+same container, as Harbor runs it; the reward is what it wrote to
+`/logs/verifier/reward.txt` (one number) or `/logs/verifier/reward.json` (its
+`reward` entry, else the mean of its numbers).
 
 Imports are absolute: the server loads this file by path.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import shutil
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
@@ -32,8 +34,15 @@ VERIFIER_LOGS = LOGS / "verifier"
 _SOLVE_TIMEOUT = 3600.0  # seconds solve.sh may take (Harbor bounds it by the agent's)
 _TAIL = 4000  # characters of test.sh's output kept in the grade's info
 
+
+def _image_environment() -> dict[str, str]:
+    """The container's variables (the image's `ENV`: what Harbor's `exec` gives the
+    agent and the tests), less proctor's own (`PROCTOR_TOKEN` is a secret)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PROCTOR_", "HUD_"))}
+
+
 env = Environment("harbor")
-shell = env.add_shell()
+shell = env.add_shell(env=_image_environment())
 
 
 async def solve(task: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -46,8 +47,7 @@ class HarborRuntime(Runtime):
         startup_timeout: seconds a container may take to serve.
         stop_timeout: seconds between SIGTERM and SIGKILL at teardown.
 
-    Raises:
-        RuntimeLaunchError: no such engine is installed.
+    Making one needs no engine: a missing one fails each rollout in provisioning.
     """
 
     def __init__(
@@ -61,24 +61,35 @@ class HarborRuntime(Runtime):
         startup_timeout: float = 60.0,
         stop_timeout: float = 5.0,
     ) -> None:
-        self._exe = resolve_engine(engine)
         self.oci_runtime = oci_runtime
-        self.containers = ContainerRuntime(
-            command=_command(network),
-            engine=engine,
-            network=network,
-            port=_PORT,
-            oci_runtime=oci_runtime,
-            batch=batch,
-            mounts=mounts,
-            startup_timeout=startup_timeout,
-            stop_timeout=stop_timeout,
-        )
+        self._options: dict[str, Any] = {
+            "command": _command(network),
+            "engine": engine,
+            "network": network,
+            "port": _PORT,
+            "oci_runtime": oci_runtime,
+            "batch": batch or secrets.token_hex(6),
+            "mounts": mounts,
+            "startup_timeout": startup_timeout,
+            "stop_timeout": stop_timeout,
+        }
+        self._containers: ContainerRuntime | None = None
         self._images: dict[tuple[str, str | None], str] = {}
         self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
 
+    @property
+    def containers(self) -> ContainerRuntime:
+        """The `ContainerRuntime` running the containers (made on first use).
+
+        Raises:
+            RuntimeLaunchError: no such engine is installed.
+        """
+        if self._containers is None:
+            self._containers = ContainerRuntime(**self._options)
+        return self._containers
+
     def __repr__(self) -> str:
-        return f"HarborRuntime(batch={self.containers.batch!r})"
+        return f"HarborRuntime(batch={self._options['batch']!r})"
 
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         return self._endpoint(task)
@@ -87,7 +98,8 @@ class HarborRuntime(Runtime):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.containers.reconcile()
+        if self._containers is not None:
+            await self._containers.reconcile()
 
     async def image(self, task: Task) -> str:
         """The image `task` runs in, built on first use.
@@ -100,7 +112,7 @@ class HarborRuntime(Runtime):
         async with self._locks.setdefault(key, asyncio.Lock()):
             if key not in self._images:
                 self._images[key] = await build_harbor_image(
-                    self._exe,
+                    resolve_engine(self._options["engine"]),
                     key[0],
                     docker_image=key[1],
                     oci_runtime=self.oci_runtime,
