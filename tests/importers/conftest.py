@@ -86,7 +86,9 @@ def make_task(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
-def _write_task(root: Path, name: str, base: str, *, verifier_timeout: float = 60) -> Path:
+def _write_task(
+    root: Path, name: str, base: str, *, verifier_timeout: float = 60, internet: bool = False
+) -> Path:
     """A Harbor task: write `hello` to /app/answer.txt; test.sh checks it."""
     task = root / name
     (task / "environment").mkdir(parents=True)
@@ -95,7 +97,7 @@ def _write_task(root: Path, name: str, base: str, *, verifier_timeout: float = 6
     (task / "task.toml").write_text(
         'version = "1.0"\n\n[metadata]\ndifficulty = "easy"\ntags = ["test"]\n\n'
         f"[verifier]\ntimeout_sec = {verifier_timeout}\n\n[agent]\ntimeout_sec = 120.0\n\n"
-        "[environment]\nallow_internet = false\n"
+        f"[environment]\nallow_internet = {str(internet).lower()}\n"
     )
     (task / "instruction.md").write_text("Write the word hello into /app/answer.txt.\n")
     (task / "environment" / "Dockerfile").write_text(

@@ -110,10 +110,12 @@ class ShellAgent:
     def __init__(self, command: str) -> None:
         self.command = command
         self.results: list[Any] = []
+        self.by_slug: dict[str, Any] = {}
 
     async def __call__(self, run: Run) -> None:
         shell = ShellClient(run.binding("shell").url)
-        self.results.append(await shell.run(self.command))
+        self.results.append(result := await shell.run(self.command))
+        self.by_slug[run.slug] = result
         run.trace.content = ""
 
 
@@ -184,3 +186,17 @@ async def test_solve_sh_is_the_reference_solution_for_validate_oracle(
     assert report.ok, report
     (check,) = report.tasks
     assert (check.reference_reward, check.null_reward) == (1.0, 0.0)
+
+
+async def test_rows_allowing_the_internet_join_the_internet_network(
+    make_task: Callable[..., Path], base_image: str, runtime_options: dict[str, Any]
+) -> None:
+    make_task("offline", base_image)
+    folder = make_task("online", base_image, internet=True).parent
+    agent = ShellAgent("echo /sys/class/net/*")  # bash's glob: no ls in the image
+    options = {**runtime_options, "internet": "bridge"}
+    runs = await _run(harbor_tasks(folder), agent, options)
+    assert all(run.status == "completed" for run in runs), [run.error for run in runs]
+    interfaces = {slug: r.stdout.split() for slug, r in agent.by_slug.items()}
+    assert interfaces["offline"] == ["/sys/class/net/lo"]  # network none: loopback only
+    assert len(interfaces["online"]) > 1

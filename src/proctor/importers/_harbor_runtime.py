@@ -39,8 +39,11 @@ class HarborRuntime(Runtime):
 
     Args:
         engine: "podman" or "docker"; default: podman if installed, else docker.
-        network: "none" (default; Harbor's `allow_internet = false`), or a network name
-            such as "bridge" for tasks that need to reach out.
+        network: the containers' network: "none" (default), or a network name such as
+            "bridge".
+        internet: the network for rows whose `task.toml` allows the internet
+            (`allow_internet`, true unless set false, as in Harbor), such as "bridge";
+            None (default): `network` for every row.
         oci_runtime: the engine's OCI runtime (`--runtime`), for builds and containers.
         batch: the `proctor.batch` label of the containers (default: a fresh id).
         mounts: bind mounts for every container, `HOST:CONTAINER[:ro|rw]`.
@@ -55,17 +58,18 @@ class HarborRuntime(Runtime):
         *,
         engine: Engine | None = None,
         network: str = "none",
+        internet: str | None = None,
         oci_runtime: str | None = None,
         batch: str | None = None,
         mounts: Sequence[str] = (),
         startup_timeout: float = 60.0,
         stop_timeout: float = 5.0,
     ) -> None:
+        self.network = network
+        self.internet = internet
         self.oci_runtime = oci_runtime
         self._options: dict[str, Any] = {
-            "command": _command(network),
             "engine": engine,
-            "network": network,
             "port": _PORT,
             "oci_runtime": oci_runtime,
             "batch": batch or secrets.token_hex(6),
@@ -73,20 +77,31 @@ class HarborRuntime(Runtime):
             "startup_timeout": startup_timeout,
             "stop_timeout": stop_timeout,
         }
-        self._containers: ContainerRuntime | None = None
+        self._runtimes: dict[str, ContainerRuntime] = {}
         self._images: dict[tuple[str, str | None], str] = {}
         self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
 
     @property
     def containers(self) -> ContainerRuntime:
-        """The `ContainerRuntime` running the containers (made on first use).
+        """The `ContainerRuntime` of `network` (made on first use; `reconcile()` on it
+        removes every container of the batch).
 
         Raises:
             RuntimeLaunchError: no such engine is installed.
         """
-        if self._containers is None:
-            self._containers = ContainerRuntime(**self._options)
-        return self._containers
+        return self._containers(self.network)
+
+    def network_of(self, task: Task) -> str:
+        """The network `task`'s container joins."""
+        allowed = _harbor_config(task).get("allow_internet", True)
+        return self.internet if self.internet is not None and allowed else self.network
+
+    def _containers(self, network: str) -> ContainerRuntime:
+        if network not in self._runtimes:
+            self._runtimes[network] = ContainerRuntime(
+                command=_command(network), network=network, **self._options
+            )
+        return self._runtimes[network]
 
     def __repr__(self) -> str:
         return f"HarborRuntime(batch={self._options['batch']!r})"
@@ -98,8 +113,8 @@ class HarborRuntime(Runtime):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._containers is not None:
-            await self._containers.reconcile()
+        for runtime in list(self._runtimes.values())[:1]:  # one batch label for all
+            await runtime.reconcile()
 
     async def image(self, task: Task) -> str:
         """The image `task` runs in, built on first use.
@@ -123,7 +138,8 @@ class HarborRuntime(Runtime):
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
         config = {**(task.runtime_config or {}), "image": await self.image(task)}
-        async with self.containers(task.model_copy(update={"runtime_config": config})) as end:
+        containers = self._containers(self.network_of(task))
+        async with containers(task.model_copy(update={"runtime_config": config})) as end:
             yield end
 
 
