@@ -17,6 +17,7 @@ Ubuntu task images on a current host).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import io
 import os
@@ -62,9 +63,9 @@ async def build_harbor_image(
     folder = Path(environment)
     base = docker_image or await _task_image(exe, folder, oci_runtime, build_timeout)
     base_id = await _image_id(exe, base)
-    files = await asyncio.to_thread(_proctor_files)
-    digest = await asyncio.to_thread(_digest, base_id, files)
-    ref = f"{REPOSITORY}:{digest[:16]}"
+    files, files_digest = await asyncio.to_thread(_proctor_layer)
+    digest = hashlib.sha256(f"{base_id}\0{files_digest}".encode(), usedforsecurity=False)
+    ref = f"{REPOSITORY}:{digest.hexdigest()[:16]}"
     if await _image_id(exe, ref, missing_ok=True):
         return ref
     with tempfile.TemporaryDirectory(prefix="proctor-harbor-") as context:
@@ -127,20 +128,16 @@ async def _run(argv: list[str], limit: float) -> tuple[int, str, str]:
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
-def _proctor_files() -> _Files:
-    """What `python -m proctor.serve` needs from this machine (as `python_image` has)."""
+@functools.cache
+def _proctor_layer() -> tuple[_Files, str]:
+    """What `python -m proctor.serve` needs from this machine (as `python_image` has),
+    and a hash of it: found once per process, for every task image."""
     files = _Files()
     files.add_python()
     for name in _closure(("proctor",)):
         files.add_distribution(name)
     files.add_libraries()
-    return files
-
-
-def _digest(base_id: str, files: _Files) -> str:
-    h = hashlib.sha256(_FORMAT + b"\0" + base_id.encode())
-    h.update(files.digest([]).encode())
-    return h.hexdigest()
+    return files, files.digest([_FORMAT.decode()])
 
 
 def _tree_digest(folder: Path) -> str:
