@@ -1,0 +1,37 @@
+"""`python -m proctor.importers._verifiers rows|serve PKG`, run where verifiers is installed.
+
+`rows` prints the package's tasks as proctor rows (JSONL); `serve` serves them as a
+proctor environment. `verifiers_source` (in the driver) runs both (`_foreign`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..env._environment import Environment
+from ..records._task import Task
+from ._foreign import child_main
+
+__all__ = ["main"]
+
+
+def _rows(target: str, options: dict[str, Any]) -> list[Task]:
+    from ._verifiers_env import load_taskset, verifiers_rows
+
+    return verifiers_rows(load_taskset(target, **options["taskset"]), options["limit"])
+
+
+def _environment(target: str, options: dict[str, Any]) -> Environment:
+    from ._verifiers_env import load_taskset, verifiers_environment
+
+    return verifiers_environment(load_taskset(target, **options["taskset"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child's entry point."""
+    return child_main(argv, "proctor.importers._verifiers", _rows, _environment)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
