@@ -200,3 +200,18 @@ async def test_rows_allowing_the_internet_join_the_internet_network(
     interfaces = {slug: r.stdout.split() for slug, r in agent.by_slug.items()}
     assert interfaces["offline"] == ["/sys/class/net/lo"]  # network none: loopback only
     assert len(interfaces["online"]) > 1
+
+
+async def test_a_model_solves_it_through_tool_agents_shell_tool(
+    make_task: Callable[..., Path], base_image: str, runtime_options: dict[str, Any]
+) -> None:
+    from proctor.agents import ToolAgent
+    from proctor.testing import FakeModelServer, Reply
+
+    script = [Reply.tool("shell", command="echo hello > answer.txt"), Reply(text="Done.")]
+    async with FakeModelServer(lambda request: script.pop(0)) as fake:
+        agent = ToolAgent(f"fake/m@{fake.url}")
+        (run,) = await _run(harbor_tasks(make_task("hello", base_image)), agent, runtime_options)
+    assert run.status == "completed", run.error
+    assert run.reward == 1.0
+    assert [step.kind for step in run.trace.steps].count("tool_call") == 1

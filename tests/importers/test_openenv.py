@@ -137,6 +137,20 @@ async def test_concurrent_episodes_in_one_process_keep_their_own_rewards(
     assert rewards == pytest.approx({"a": 0.1, "hello": 0.5, "abc": 0.3})
 
 
+async def test_a_model_acts_through_tool_agents_step_tool(echo_folder: Path) -> None:
+    from proctor.agents import ToolAgent
+    from proctor.testing import FakeModelServer, Reply
+
+    source = detect(echo_folder)
+    assert source is not None
+    script = [Reply.tool("step", action={"message": "hello"}), Reply(text="Done.")]
+    async with FakeModelServer(lambda request: script.pop(0)) as fake:
+        agent = ToolAgent(f"fake/m@{fake.url}")
+        run = await rollout(source.rows[0], agent, runtime=LocalRuntime(source.environment))
+    assert run.status == "completed", run.error
+    assert run.reward == pytest.approx(0.5)
+
+
 def test_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="an app or a base_url"):
         openenv_environment()
