@@ -28,6 +28,7 @@ PACKAGES = [
     "proctor.proxy",
     "proctor.records",
     "proctor.runtimes",
+    "proctor.samples",
     "proctor.tasks",
     "proctor.testing",
 ]

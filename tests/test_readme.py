@@ -151,7 +151,7 @@ def _parser_options() -> dict[tuple[str, ...], set[str]]:
     return {path: opts for path, opts in found.items() if path not in _GROUPS}
 
 
-_GROUPS = {("task",)}  # commands that only hold subcommands
+_GROUPS = {("task",), ("tasks",)}  # commands that only hold subcommands
 
 
 def _readme_options() -> dict[tuple[str, ...], set[str]]:
@@ -163,8 +163,8 @@ def _readme_options() -> dict[tuple[str, ...], set[str]]:
         if line.startswith("proctor "):
             words = text.split()[1:]
             path = (words[0],)
-            if words[0] == "task":
-                path = ("task", words[1])
+            if words[0] in ("task", "tasks"):
+                path = (words[0], words[1])
             found.setdefault(path, set())
         found[path] |= set(re.findall(r"--[a-z][a-z-]*", text))
     return found

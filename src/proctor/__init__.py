@@ -53,6 +53,8 @@ _EXPORTS = {
     "Answer": ".env",
     "Capability": ".env",
     "Environment": ".env",
+    "GroupMember": ".env",
+    "Judge": ".env",
     "Template": ".env",
     "graders": ".env",
     # the wire

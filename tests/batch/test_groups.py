@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from exec_env import config, workspace, write_config
@@ -56,7 +57,7 @@ def _batch(root: Path, agent: str, **extra: object) -> Path:
     return write_config(root, data)
 
 
-def _records(out: Path) -> list[dict]:
+def _records(out: Path) -> list[dict[str, Any]]:
     rows = list_rollouts(out, limit=None)
     return [read_rollout(out, row["id"])["record"] or {} for row in rows]  # {}: queued
 

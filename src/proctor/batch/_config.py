@@ -448,6 +448,10 @@ class BatchConfig(_Model):
     """The version the served environment must report in `hello`."""
     launch_retries: Annotated[int, Field(ge=0)] = 1
     """Fresh substrates tried when one fails before its agent starts."""
+    judge: str | None = None
+    """The model `graders.judge` rewards call (a model string, as agents name one),
+    through a proxy session opened for each grading phase; its key stays with the
+    runner and its cost counts against `cost_cap`."""
     durability: Literal["default", "strict"] = "default"
     """`strict` fsyncs every state change; `default` group-commits them."""
 

@@ -577,6 +577,7 @@ class _Runner:
                 runtime=setup.runtime,
                 timeout=self.timeouts,
                 proxy=setup.proxy_for(a.agent),
+                judge=setup.judge,
                 launch_retries=0 if adopt is not None else self.config.launch_retries,
                 adopt=adopt,
             )

@@ -218,6 +218,8 @@ def _check_config(config: BatchConfig, loaded: Loaded, table: list[Assignment]) 
 def _agent_problems(config: BatchConfig, names: list[str], loaded: Loaded) -> list[str]:
     """Agents that cannot run: a Python agent that does not resolve, a missing command."""
     problems = []
+    if config.executor.kind == "ray" and config.judge is not None:
+        problems.append("judge: executor 'ray' grades without a judge proxy; use executor 'local'")
     for entry, name in zip(config.agents, names, strict=True):
         if config.executor.kind == "ray" and entry.enabled and entry.model is not None:
             problems.append(

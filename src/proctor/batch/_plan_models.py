@@ -59,6 +59,8 @@ def _enabled_models(config: BatchConfig) -> dict[str, list[str]]:
     for entry, name in zip(config.agents, config.agent_names(), strict=True):
         if entry.enabled and entry.model is not None:
             models.setdefault(entry.model, []).append(name)
+    if config.judge is not None:
+        models.setdefault(config.judge, []).append("judge")
     return models
 
 

@@ -24,6 +24,7 @@ _STATE = {
     "starting": "starting",
     "agent": "running",
     "grading": "grading",
+    "verifying": "grading",
     "teardown": "grading",
 }
 _INLINE_STEPS = 4  # a trace with more steps goes to trace.jsonl, not into the record
@@ -133,8 +134,10 @@ class Recording:
         harness = _harness_output(run)
         if harness:
             self.rec.log(harness)
-        if run.error is not None and run.error.phase == "grading":
+        if run.error is not None and run.error.phase in ("grading", "verifying"):
             self.rec.set_evaluation({"status": "failed", "error": fields["error"]})
+        elif run.evaluation_failed and run.grade is not None:  # a grader raised: not a 0
+            self.rec.set_evaluation({"status": "failed", "errors": run.grade.info.get("errors")})
         self.rec.finish(status, **fields)
         final = {"completed": "done", "failed": "failed"}.get(status, "interrupted")
         self.tally.move(self.state, final)
@@ -144,11 +147,17 @@ class Recording:
         return final
 
     def _usage(self) -> dict[str, Any]:
-        """Usage and cost: the proxy's turns when there was one, else the trace's."""
+        """Usage and cost: the proxy's turns when there was one, else the trace's; a
+        judge's turns (on the trace only) count either way."""
         if not self.turns and self.base_turns == 0:
             usage, cost = self.run.usage, self.run.cost
             return {"usage": usage or None, "cost": cost}
-        usage, cost = _sum([(self.base_usage, self.base_cost), *self.turns.values()])
+        judged = [
+            (step.data.get("usage") or {}, step.data.get("cost"))
+            for step in self.run.trace.steps
+            if step.kind == "model_turn" and step.data and step.data.get("judge")
+        ]
+        usage, cost = _sum([(self.base_usage, self.base_cost), *self.turns.values(), *judged])
         return {"usage": usage, "cost": cost}
 
 
@@ -246,13 +255,14 @@ def _outcome(run: Run) -> dict[str, Any]:
     error = run.error
     evaluation = None
     if grade is not None:
-        evaluation = "ok"
-    elif error is not None and error.phase == "grading":
+        evaluation = "failed" if run.evaluation_failed else "ok"
+    elif error is not None and error.phase in ("grading", "verifying"):
         evaluation = "failed"
     return {
+        **_verified(run),
         "phase": "done" if run.status == "completed" else run.phase,
         "reward": run.reward,
-        "error": None if error is None else _error(error),
+        "error": _failed_evaluation(run) if error is None else _error(error),
         "stop_reason": run.stop_reason,
         "launch_attempts": run.launch_attempts,
         "launch_errors": [_error(e) for e in run.launch_errors],
@@ -262,3 +272,24 @@ def _outcome(run: Run) -> dict[str, Any]:
             "evaluation": evaluation,
         },
     }
+
+
+def _verified(run: Run) -> dict[str, Any]:
+    """A verifier's part of the record: the actor's own grade and the verifier's
+    trace, beside the grade of record (nothing for a task without a verifier)."""
+    if run.actor_grade is None and run.verifier_trace is None:
+        return {}
+    return {
+        "actor_grade": None if run.actor_grade is None else run.actor_grade.to_dict(),
+        "verifier_trace": None if run.verifier_trace is None else run.verifier_trace.to_dict(),
+    }
+
+
+def _failed_evaluation(run: Run) -> dict[str, Any] | None:
+    """A graded run whose evaluation failed (a reward or metric raised) is recorded with
+    a grading error beside its reward, so every reader counts it apart from a 0."""
+    if not run.evaluation_failed or run.grade is None:
+        return None
+    errors = run.grade.info.get("errors") or {}
+    message = "; ".join(f"{name}: {why}" for name, why in errors.items())
+    return {"phase": "grading", "type": "EvaluationFailed", "message": message}

@@ -75,9 +75,10 @@ class Setup:
                 models[name] = entry.model
         budget = SharedBudget(config.cost_cap, spent)
         limits = config.limits.to_limits()
+        upstreams = [*(m for m in models.values() if m is not None), config.judge]
         proxies = {
             model: InterceptionProxy(model, limits=limits, budget=budget)
-            for model in dict.fromkeys(m for m in models.values() if m is not None)
+            for model in dict.fromkeys(m for m in upstreams if m is not None)
         }
         runtime = build_runtime(config, batch=batch_id, log=os.path.join(out, "environment.log"))
         tasks = _tasks(config)
@@ -98,6 +99,12 @@ class Setup:
         from ..records import Task
 
         return Task.model_validate_json(self.rows[slug])
+
+    @property
+    def judge(self) -> InterceptionProxy | None:
+        """The proxy `graders.judge` rewards call (`judge` in the config), if any."""
+        judge = self.config.judge
+        return None if judge is None else self.proxies[judge]
 
     def proxy_for(self, agent: str) -> InterceptionProxy | None:
         """The proxy the agent's model turns go through, if it names a model."""

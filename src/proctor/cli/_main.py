@@ -500,3 +500,9 @@ def _add_model_options(run: argparse.ArgumentParser) -> None:
     models.add_argument(
         "--max-cost", type=_positive_float, metavar="USD", help="model cost per rollout"
     )
+    models.add_argument(
+        "--judge-model",
+        metavar="MODEL",
+        help="the model graders.judge rewards call, through a proxy session opened for "
+        "the grading phase only (its key stays here; its cost counts on the run)",
+    )

@@ -51,6 +51,7 @@ class _Plan:
     agent_label: str  # which agent ran, as the summary and the record say
     model: str | None
     proxy: InterceptionProxy | None
+    judge: InterceptionProxy | None  # the proxy graders.judge rewards call
     runtime: str
     served: Environment | None  # the environment a local runtime serves
     env_source: str
@@ -101,6 +102,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         _agent_label(args, agent),
         args.model,
         proxy,
+        _judge(args.judge_model),
         runtime,
         served,
         env_source,
@@ -190,6 +192,36 @@ def _agent(
     return load_agent(args.agent, source, env_source, wrap=agent_from_fn), None
 
 
+def _model_spec(option: str, model: str) -> Any:
+    """The parsed model string, its key present (never passed as an argument).
+
+    Raises:
+        CLIError: a bad model string, or a missing key for a provider over HTTPS.
+    """
+    from ..models import parse_model
+
+    try:
+        spec = parse_model(model)
+    except ValueError as exc:
+        raise CLIError(f"{option}: {exc}") from None
+    if (
+        spec.api_key_env
+        and not os.environ.get(spec.api_key_env)
+        and spec.base_url.startswith("https://")
+    ):
+        raise CLIError(f"{option} {model}: set {spec.api_key_env} (keys never go in arguments)")
+    return spec
+
+
+def _judge(model: str | None) -> InterceptionProxy | None:
+    """`--judge-model`: a proxy in front of the judge's model."""
+    if model is None:
+        return None
+    from ..proxy import InterceptionProxy
+
+    return InterceptionProxy(_model_spec("--judge-model", model))
+
+
 def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | None]:
     """`--model` alone: a `ToolAgent`; with `--harness`: a `CommandAgent` behind a proxy.
 
@@ -204,38 +236,29 @@ def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | Non
         raise CLIError("--agent cannot be combined with --model or --harness")
     if not args.model:
         raise CLIError("--harness needs --model: the upstream its proxy forwards to")
-    from ..models import parse_model
+    spec = _model_spec("--model", args.model)
+    from ..proxy import InterceptionProxy, ModelLimits
 
-    try:
-        spec = parse_model(args.model)
-    except ValueError as exc:
-        raise CLIError(f"--model: {exc}") from None
-    if (
-        spec.api_key_env
-        and not os.environ.get(spec.api_key_env)
-        and spec.base_url.startswith("https://")
-    ):
-        raise CLIError(f"--model {args.model}: set {spec.api_key_env} (keys never go in arguments)")
+    limits = ModelLimits(
+        max_turns=args.max_turns, max_total_tokens=args.max_tokens, max_cost=args.max_cost
+    )
+    # Both go through an interception proxy: one place for budgets and retries, and the
+    # record keeps every request (what training samples are rebuilt from).
+    proxy = InterceptionProxy(spec, limits=limits)
     if args.harness is None:
         from ..agents import ToolAgent
 
-        if args.max_tokens or args.max_cost:
-            raise CLIError("--max-tokens and --max-cost need --harness (they are proxy budgets)")
         try:
-            return ToolAgent(args.model, max_steps=args.max_turns or 30), None
+            return ToolAgent(args.model, max_steps=args.max_turns or 30), proxy
         except ModelError as exc:
             raise CLIError(f"--model: {exc}") from None
     from ..agents import CommandAgent
-    from ..proxy import InterceptionProxy, ModelLimits
 
     argv = shlex.split(args.harness)
     if not argv:
         raise CLIError("--harness: empty command")
-    limits = ModelLimits(
-        max_turns=args.max_turns, max_total_tokens=args.max_tokens, max_cost=args.max_cost
-    )
     agent = CommandAgent(argv, pass_env=args.harness_env, jail=not args.no_jail)
-    return agent, InterceptionProxy(spec, limits=limits)
+    return agent, proxy
 
 
 def _agent_label(args: argparse.Namespace, agent: Any) -> str:
@@ -439,8 +462,9 @@ async def _rollouts(plan: _Plan, writer: _Writer | None) -> tuple[Job, float]:
         runtime = await stack.enter_async_context(
             provider(plan.runtime, plan.env_source, plan.env_name, plan.served, plan.token)
         )
-        if plan.proxy is not None:
-            await stack.enter_async_context(plan.proxy)
+        for proxy in (plan.proxy, plan.judge):
+            if proxy is not None:
+                await stack.enter_async_context(proxy)
         store = _open_store(plan, slots, stack)
         if store is not None:
             job.id = store.batch["batch_id"]
@@ -606,7 +630,12 @@ async def _one(plan: _Plan, slot: _Slot, ctx: _Context) -> Run:
     ctx.tally.move("queued", "starting")
     try:
         await execute(
-            run, plan.agent, runtime=ctx.provider, timeout=plan.timeouts, proxy=plan.proxy
+            run,
+            plan.agent,
+            runtime=ctx.provider,
+            timeout=plan.timeouts,
+            proxy=plan.proxy,
+            judge=plan.judge,
         )
     except asyncio.CancelledError:
         track.finish("interrupted")

@@ -19,7 +19,7 @@ import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = ["load_taskset", "verifiers_environment", "verifiers_rows"]
 log = logging.getLogger("proctor.importers.verifiers")
 
 TEMPLATE = "task"
+REWARD_METRIC = "verifiers_reward"  # verifiers' own reward: the weighted sum
 _STATE_KEY = "verifiers_scores"
 
 
@@ -121,6 +122,8 @@ def verifiers_environment(taskset: Any) -> Environment:
         )
     for fn in _offline(probe.hooks("metric")):
         env.metric(name=fn.__name__)(scores.reader(fn.__name__))
+    if probe.hooks("reward"):
+        env.metric(name=REWARD_METRIC)(scores.reader(REWARD_METRIC))
     return env
 
 
@@ -180,22 +183,33 @@ class _Scores:
     async def compute(
         self, args: dict[str, Any], answer: Any, steps: list[dict[str, Any]], stop: str | None
     ) -> dict[str, Any]:
-        """Name -> value (or the exception it raised) for each reward and metric."""
+        """Name -> value (or the exception it raised) for each reward and metric, and
+        verifiers' own reward (`REWARD_METRIC`)."""
         from verifiers.v1.utils.decorators import invoke  # type: ignore[import-not-found,unused-ignore]
 
         vtask = self.make(args)
         available = {"task": vtask.data, "trace": _trace(vtask, answer, steps, stop)}
-        fns = [*_offline(vtask.hooks("reward")), *_offline(vtask.hooks("metric"))]
+        rewards = list(_offline(vtask.hooks("reward")))
+        fns = [*rewards, *_offline(vtask.hooks("metric"))]
 
         async def call(fn: Callable[..., Any]) -> Any:
             value = invoke(fn, available)
             value = await value if inspect.isawaitable(value) else value
-            if isinstance(value, dict):
+            if isinstance(value, Mapping):
                 raise TypeError(f"returned keyed scores {sorted(value)}: not supported")
             return value
 
         results = await asyncio.gather(*(call(fn) for fn in fns), return_exceptions=True)
-        return {fn.__name__: result for fn, result in zip(fns, results, strict=True)}
+        out = {fn.__name__: result for fn, result in zip(fns, results, strict=True)}
+        return {**out, REWARD_METRIC: _weighted_sum(rewards, out)}
+
+
+def _weighted_sum(rewards: list[Callable[..., Any]], values: dict[str, Any]) -> Any:
+    """verifiers' `Trace.reward`: the sum of each reward times its weight (or the error)."""
+    failed = [fn.__name__ for fn in rewards if isinstance(values[fn.__name__], BaseException)]
+    if failed:
+        return ValueError(f"reward(s) failed: {', '.join(failed)}")
+    return sum(float(values[fn.__name__]) * getattr(fn, "_vf_weight", 1.0) for fn in rewards)
 
 
 def _trace(vtask: Any, answer: Any, steps: list[dict[str, Any]], stop: str | None) -> Any:
