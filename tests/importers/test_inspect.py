@@ -89,3 +89,17 @@ def test_without_an_interpreter_for_inspect_the_error_says_how_to_install(
         inspect_source(FILE)
     with pytest.raises(ImportError, match="No module named 'inspect_ai"):
         inspect_source(FILE, python=sys.executable)
+
+
+@needs_inspect
+async def test_a_scorer_that_fails_fails_the_evaluation_not_the_run() -> None:
+    source = inspect_source(HERE / "inspect_tasks" / "graded.py", python=PYTHON)
+    assert isinstance(source.runtime, AbstractAsyncContextManager)
+    async with source.runtime as runtime:
+        job = await run_taskset(source.rows, ScriptedAgent(["hi"]), runtime=runtime)
+    (run,) = job.runs
+    assert run.status == "completed", run.error
+    assert run.evaluation_failed and run.reward == 0.5
+    assert run.grade is not None
+    assert "No model specified" in run.grade.info["errors"]["model_graded_qa"]
+    assert run.grade.subscores[0] == {"name": "match", "value": 1.0, "weight": 1.0}

@@ -58,7 +58,8 @@ async def test_the_rewards_grade_each_row_with_their_weights_as_subscores() -> N
         ("correct", 0.0, 0.75),
         ("terse", 0.0, 0.25),
     ]
-    assert grade.metrics == {"reply_length": 8.0}
+    assert grade.metrics == {"reply_length": 8.0, "verifiers_reward": 0.0}
+    assert runs["sum-2"].grade.metrics["verifiers_reward"] == 0.25  # the sum of value * weight
     assert "verifiers" not in sys.modules
 
 
@@ -72,7 +73,10 @@ async def test_a_raising_reward_fails_the_evaluation_not_the_run() -> None:
     assert run.status == "completed", run.error
     assert run.evaluation_failed
     assert run.grade is not None
-    assert run.grade.info["errors"] == {"terse": "ValueError: no reply to measure"}
+    assert run.grade.info["errors"] == {
+        "terse": "ValueError: no reply to measure",
+        "verifiers_reward": "ValueError: reward(s) failed: terse",
+    }
     terse = run.grade.subscores[1]
     assert terse["value"] == 0.0 and terse["info"] == {"error": "ValueError: no reply to measure"}
 
