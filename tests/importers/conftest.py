@@ -18,7 +18,8 @@ import pytest
 
 RUNC = "/usr/sbin/runc"  # crun fails on these hosts' cgroups; podman takes runc by path
 BASE_REPOSITORY = "localhost/proctor-harbor-test-base"
-REPOSITORY = "localhost/proctor-harbor"  # the layered images (HarborRuntime's)
+# HarborRuntime's images: the tasks' own, and with proctor layered on.
+REPOSITORIES = ("localhost/proctor-harbor-task", "localhost/proctor-harbor")
 
 
 def _podman_problem() -> str | None:
@@ -46,10 +47,11 @@ def podman() -> Iterator[str]:
     problem = _podman_problem()
     if problem is not None:
         pytest.skip(problem)
-    before = _images(REPOSITORY)
+    before = {repository: _images(repository) for repository in REPOSITORIES}
     yield "podman"
-    if made := _images(REPOSITORY) - before:  # each proctor source edit makes a new one
-        subprocess.run(["podman", "rmi", "-f", *made], capture_output=True, check=False)
+    for repository, images in before.items():  # each proctor source edit makes a new one
+        if made := _images(repository) - images:
+            subprocess.run(["podman", "rmi", "-f", *made], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")
