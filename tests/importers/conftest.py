@@ -98,7 +98,9 @@ def _write_task(
     (task / "solution").mkdir()
     (task / "task.toml").write_text(
         'version = "1.0"\n\n[metadata]\ndifficulty = "easy"\ntags = ["test"]\n\n'
-        f"[verifier]\ntimeout_sec = {verifier_timeout}\n\n[agent]\ntimeout_sec = 120.0\n\n"
+        f"[verifier]\ntimeout_sec = {verifier_timeout}\n"
+        'env = { EXPECTED = "hello", KEY = "${OPENAI_API_KEY}" }\n\n'
+        "[agent]\ntimeout_sec = 120.0\n\n"
         f"[environment]\nallow_internet = {str(internet).lower()}\n"
     )
     (task / "instruction.md").write_text("Write the word hello into /app/answer.txt.\n")
@@ -110,7 +112,7 @@ def _write_task(
         'answer=""\n'
         "[ -f /app/answer.txt ] && read -r answer < /app/answer.txt\n"
         'echo "got: $answer"\n'
-        'if [ "$answer" = hello ]; then echo 1 > /logs/verifier/reward.txt; '
+        'if [ "$answer" = "$EXPECTED" ]; then echo 1 > /logs/verifier/reward.txt; '
         "else echo 0 > /logs/verifier/reward.txt; fi\n"
     )
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\necho hello > /app/answer.txt\n")

@@ -28,11 +28,20 @@ def test_a_task_directory_is_one_row(make_task: Callable[..., Path]) -> None:
     assert set(row.args["tests"]) == {"test.sh"}
     assert set(row.args["solution"]) == {"solve.sh"}
     assert row.args["verifier_timeout"] == 60.0
+    assert row.args["verifier_env"] == {"EXPECTED": "hello"}  # ${...}: never in a row
     assert "oracle" not in row.args
     assert row.columns == {"difficulty": "easy", "tags": ["test"]}
     config = row.runtime_config or {}
     assert config["harbor"]["environment"] == str(task.resolve() / "environment")
     assert config["timeouts"] == {"agent": 120.0, "grade": 60.0}
+
+
+def test_resources_come_from_the_environment_section(make_task: Callable[..., Path]) -> None:
+    task = make_task("sized")
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml + 'cpus = 2\nmemory = "2G"\n')
+    (row,) = harbor_tasks(task)
+    assert (row.runtime_config or {})["resources"] == {"cpus": 2, "memory": "2g"}
 
 
 def test_a_folder_of_tasks_is_a_row_each_by_name(make_task: Callable[..., Path]) -> None:

@@ -74,6 +74,9 @@ def _row(folder: Path, oracle: bool) -> Task:
         "tests": _files(folder / "tests"),
         "verifier_timeout": float(verifier.get("timeout_sec", _VERIFIER_TIMEOUT)),
     }
+    for key, section in (("verifier_env", verifier), ("solution_env", config.get("solution"))):
+        if variables := _literal_env(section, folder):
+            args[key] = variables
     if (folder / "solution" / "solve.sh").is_file():
         args["solution"] = _files(folder / "solution")
     elif oracle:
@@ -107,6 +110,8 @@ def _runtime_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
         resources["cpus"] = environment["cpus"]
     if environment.get("memory_mb"):
         resources["memory"] = f"{int(environment['memory_mb'])}m"
+    elif environment.get("memory"):  # "2G", "512M"
+        resources["memory"] = str(environment["memory"]).lower()
     out: dict[str, Any] = {
         "harbor": harbor,
         "timeouts": {
@@ -117,6 +122,15 @@ def _runtime_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     if resources:
         out["resources"] = resources
     return out
+
+
+def _literal_env(section: Any, folder: Path) -> dict[str, str]:
+    """A `[verifier]` or `[solution]` section's `env`, without values naming this
+    machine's variables (`${VAR}`: a secret must not travel in a row)."""
+    env = (section or {}).get("env") if isinstance(section, dict) else None
+    if not isinstance(env, dict):
+        return {}
+    return {str(k): str(v) for k, v in env.items() if "${" not in str(v)}
 
 
 def _files(root: Path) -> dict[str, Any]:

@@ -47,7 +47,7 @@ shell = env.add_shell(env=_image_environment())
 
 async def solve(task: Any) -> str:
     """The reference solution (`tasks.solve`, `proctor validate --oracle`): solve.sh."""
-    return await run_solution(task.args.get("solution"))
+    return await run_solution(task.args.get("solution"), task.args.get("solution_env"))
 
 
 @env.template(id="harbor", solution=solve)
@@ -57,16 +57,21 @@ async def harbor(
     solution: dict[str, Any] | None = None,
     verifier_timeout: float = 600.0,
     oracle: bool = False,
+    verifier_env: dict[str, str] | None = None,
+    solution_env: dict[str, str] | None = None,
 ) -> AsyncGenerator[Any, Any]:
     """A Harbor task: its instruction, then its tests' reward."""
     if oracle:
-        await run_solution(solution)
+        await run_solution(solution, solution_env)
     yield instruction
-    yield await verify(tests, verifier_timeout)
+    yield await verify(tests, verifier_timeout, verifier_env)
 
 
-async def run_solution(solution: dict[str, Any] | None) -> str:
-    """Write the solution files to /solution and run `bash /solution/solve.sh`.
+async def run_solution(
+    solution: dict[str, Any] | None, variables: Mapping[str, str] | None = None
+) -> str:
+    """Write the solution files to /solution and run `bash /solution/solve.sh`, with
+    `variables` (`[solution] env`) added to its environment.
 
     Returns:
         What solve.sh printed (its exit status does not matter: the tests judge).
@@ -77,12 +82,16 @@ async def run_solution(solution: dict[str, Any] | None) -> str:
     if not solution:
         raise ValueError("harbor: this task has no solution/solve.sh")
     _write_tree(SOLUTION, solution)
-    result = await shell.run(f"bash {SOLUTION}/solve.sh", timeout=_SOLVE_TIMEOUT)
+    command = f"bash {SOLUTION}/solve.sh"
+    result = await shell.run(command, timeout=_SOLVE_TIMEOUT, env=variables)
     return result.stdout
 
 
-async def verify(tests: Mapping[str, Any], seconds: float) -> Grade:
-    """Run tests/test.sh in this container and read the reward file it wrote.
+async def verify(
+    tests: Mapping[str, Any], seconds: float, variables: Mapping[str, str] | None = None
+) -> Grade:
+    """Run tests/test.sh in this container, with `variables` (`[verifier] env`) added
+    to its environment, and read the reward file it wrote.
 
     Raises:
         TimeoutError: test.sh ran past `seconds`.
@@ -92,7 +101,7 @@ async def verify(tests: Mapping[str, Any], seconds: float) -> Grade:
     VERIFIER_LOGS.mkdir(parents=True, exist_ok=True)
     for name in ("reward.txt", "reward.json"):  # the agent's own, if it left one
         (VERIFIER_LOGS / name).unlink(missing_ok=True)
-    result = await shell.run(f"bash {TESTS}/test.sh", timeout=seconds)
+    result = await shell.run(f"bash {TESTS}/test.sh", timeout=seconds, env=variables)
     if result.timed_out:
         raise TimeoutError(f"harbor: tests/test.sh ran past {seconds:g}s")
     rewards = _rewards(result)
