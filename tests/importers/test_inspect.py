@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from proctor.agents import ScriptedAgent
+from proctor.agents import ScriptedAgent, agent_from_fn
 from proctor.engine import run_taskset
 from proctor.importers import inspect_source
 
@@ -103,3 +103,21 @@ async def test_a_scorer_that_fails_fails_the_evaluation_not_the_run() -> None:
     assert run.grade is not None
     assert "No model specified" in run.grade.info["errors"]["model_graded_qa"]
     assert run.grade.subscores[0] == {"name": "match", "value": 1.0, "weight": 1.0}
+
+
+@needs_inspect
+async def test_a_multiple_choice_sample_is_asked_and_parsed_as_inspect_does() -> None:
+    source = inspect_source(HERE / "inspect_tasks" / "quiz.py", python=PYTHON)
+    assert source.rows[0].args["choices"] == ["Green", "Blue"]
+    prompts: list[str] = []
+
+    def answer(prompt: str) -> str:
+        prompts.append(prompt)
+        return "ANSWER: B" if "sky" in prompt else "ANSWER: A"
+
+    assert isinstance(source.runtime, AbstractAsyncContextManager)
+    async with source.runtime as runtime:
+        job = await run_taskset(source.rows, agent_from_fn(answer), runtime=runtime)
+    assert {run.slug: run.reward for run in job.runs} == {"quiz-sky": 1.0, "quiz-two": 0.0}
+    (sky,) = [p for p in prompts if "sky" in p]
+    assert "A) Green\nB) Blue" in sky and "'ANSWER: $LETTER'" in sky

@@ -106,8 +106,13 @@ def _template(env: Environment, name: str, scorers: list[Any]) -> None:
     ) -> AsyncGenerator[Any, Any]:
         """One Inspect sample: its input, then the task's scorers on the answer."""
         messages = _messages(input)
+        several = isinstance(target, list) and len(target) > 1
+        if choices:
+            _ask_choices(messages, choices, several)
         answer = yield _prompt(messages)
         state = _state(messages, answer, target, id, choices, metadata)
+        if choices:
+            _mark_choices(state, several)
         yield await grade(scorers, state)
 
 
@@ -125,6 +130,32 @@ def _messages(value: Any) -> list[Any]:
     if isinstance(value, str):
         return [ChatMessageUser(content=value)]
     return list(TypeAdapter(list[ChatMessage]).validate_python(value))
+
+
+def _ask_choices(messages: list[Any], choices: list[str], several: bool) -> None:
+    """The first user message worded as Inspect's `multiple_choice()` solver words it."""
+    from inspect_ai.solver._multiple_choice import (  # type: ignore[import-not-found,unused-ignore]
+        MULTIPLE_ANSWER_TEMPLATE,
+        SINGLE_ANSWER_TEMPLATE,
+        prompt,
+    )
+    from inspect_ai.solver._task_state import Choices  # type: ignore[import-not-found,unused-ignore]
+
+    user = next(m for m in messages if m.role == "user")
+    template = MULTIPLE_ANSWER_TEMPLATE if several else SINGLE_ANSWER_TEMPLATE
+    user.text = prompt(user.text, Choices(choices), template)
+
+
+def _mark_choices(state: Any, several: bool) -> None:
+    """The choices the answer names (`ANSWER: B`) marked, as `multiple_choice()` does."""
+    from inspect_ai.solver._multiple_choice import (  # type: ignore[import-not-found,unused-ignore]
+        parse_answers,
+        set_choices_based_on_generated_response,
+    )
+
+    answers = parse_answers(state, several)
+    if answers:
+        set_choices_based_on_generated_response(state, answers)
 
 
 def _state(
