@@ -8,6 +8,7 @@ the environment in a child process; this process never imports verifiers.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -28,7 +29,7 @@ needs_verifiers = pytest.mark.skipif(
 
 
 @needs_verifiers
-def test_rows_come_from_the_taskset_with_the_data_as_args() -> None:
+def test_rows_come_from_the_taskset_with_the_data_as_args(tmp_path: Path) -> None:
     source = verifiers_source(PACKAGE, python=str(PYTHON))
     assert source.kind == "verifiers"
     assert [r.slug for r in source.rows] == ["sum-0", "sum-1", "sum-2"]
@@ -36,7 +37,12 @@ def test_rows_come_from_the_taskset_with_the_data_as_args() -> None:
     assert (first.env, first.id) == ("vf_arith", "task")
     assert first.args == {"id": "sum-0", "prompt": "What is 2 + 3?", "answer": "5"}
     assert first.solution == "5"
-    assert len(verifiers_source(PACKAGE, python=str(PYTHON), num_tasks=2).rows) == 2
+    project = tmp_path / "vf-arith"  # the vf-init layout: the package in a project folder
+    shutil.copytree(PACKAGE, project / "vf_arith", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "vf-arith"\ndependencies = ["verifiers"]\n'
+    )
+    assert len(verifiers_source(project, python=str(PYTHON), num_tasks=2).rows) == 2
 
 
 @needs_verifiers

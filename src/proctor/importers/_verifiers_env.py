@@ -43,12 +43,12 @@ def load_taskset(target: str, **options: Any) -> Any:
     import verifiers.v1 as vf  # type: ignore[import-not-found,unused-ignore]
     from verifiers.v1.utils.loaders import taskset_config_type  # type: ignore[import-not-found,unused-ignore]
 
-    taskset_id = importable(target)
+    taskset_id = _importable(target)
     config = taskset_config_type(taskset_id)(id=taskset_id, **options)
     return vf.load_taskset(config)
 
 
-def importable(target: str) -> str:
+def _importable(target: str) -> str:
     """The module name of `target`: a package folder, a project folder holding one
     (its `pyproject.toml` beside it), or already a module name. Puts its root on
     `sys.path`."""
@@ -57,14 +57,14 @@ def importable(target: str) -> str:
         return target
     folder = folder.resolve()
     if not (folder / "__init__.py").is_file():
-        folder = package_in(folder)
+        folder = _package_in(folder)
     root = str(folder.parent)
     if root not in sys.path:
         sys.path.insert(0, root)
     return folder.name
 
 
-def package_in(project: Path) -> Path:
+def _package_in(project: Path) -> Path:
     """The one package folder of a project folder (the `vf-init` layout).
 
     Raises:
