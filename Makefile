@@ -20,6 +20,7 @@ $(DEMO_STAMP): $(BIN)/python pyproject.toml
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,uvloop]'
+	$(BIN)/python -m pip install -q --no-deps 'openenv-core>=0.3,<0.4'
 	touch $(STAMP) $(DEMO_STAMP)
 
 # HUD (the peer we interoperate with) lives in its own venv: its pins are its own.
@@ -31,14 +32,22 @@ $(PEERS)/.installed:
 
 peers: $(PEERS)/.installed
 
-# verifiers (a peer `make bench` measures: its interception proxy) in a venv of its own,
-# pinned in pyproject's `verifiers` extra; ~570 MB, so only `make bench` installs it.
+# verifiers (a peer `make bench` measures, and the source the verifiers importer serves
+# tasksets from) in a venv of its own, pinned in pyproject's `verifiers` extra (~570 MB).
 VERIFIERS := .venv-verifiers
 $(VERIFIERS)/.installed:
 	$(PY) -m venv $(VERIFIERS)
 	$(VERIFIERS)/bin/python -m pip install -q --upgrade pip
 	$(VERIFIERS)/bin/python -m pip install -q -e '.[verifiers]'
 	touch $(VERIFIERS)/.installed
+
+# Inspect AI, for the Inspect importer's tests, in its own venv too (~330 MB).
+INSPECT := .venv-inspect
+$(INSPECT)/.installed:
+	$(PY) -m venv $(INSPECT)
+	$(INSPECT)/bin/python -m pip install -q --upgrade pip
+	$(INSPECT)/bin/python -m pip install -q -e '.[inspect]'
+	touch $(INSPECT)/.installed
 
 # What the substrate tests run for real: bubblewrap (SandboxRuntime), podman with runc
 # (ContainerRuntime; crun fails on these hosts' cgroups); and Debian's chromium, the
@@ -54,6 +63,7 @@ sysdeps:
 demo: $(DEMO_STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
 	$(BIN)/proctor run examples/shellfix/tasks.py
+	$(BIN)/proctor run examples/coding/tasks.py --agent examples/coding/solver.py:solve
 	@out=$$(mktemp -d)/letters-batch; \
 	$(BIN)/proctor batch examples/batch/letters.toml --execute --output-dir $$out --quiet > $$out.json && \
 	$(BIN)/proctor batch report $$out | head -8 && \
@@ -75,7 +85,7 @@ lint: $(STAMP)
 	MYPYPATH=src:tests $(TEST_MYPY) tests/*.py tests/_support
 	for d in $(TEST_DIRS); do MYPYPATH=src:tests:$$d $(TEST_MYPY) $$d || exit 1; done
 
-test: $(STAMP) peers sysdeps lint
+test: $(STAMP) peers $(VERIFIERS)/.installed $(INSPECT)/.installed sysdeps lint
 	PROCTOR_PEERS_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q
 
 bench: $(STAMP) peers $(VERIFIERS)/.installed
@@ -84,4 +94,4 @@ bench: $(STAMP) peers $(VERIFIERS)/.installed
 	$(BIN)/python bench/substrates.py --peers-python $(PEERS)/bin/python
 
 clean:
-	rm -rf $(VENV) $(PEERS) .venv-verifiers .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) $(VERIFIERS) $(INSPECT) .pytest_cache .mypy_cache .ruff_cache

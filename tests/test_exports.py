@@ -24,6 +24,7 @@ PACKAGES = [
     "proctor.channel",
     "proctor.engine",
     "proctor.env",
+    "proctor.importers",
     "proctor.models",
     "proctor.proxy",
     "proctor.records",

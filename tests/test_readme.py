@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from proctor.batch import list_rollouts
 from proctor.cli._main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +124,27 @@ def test_the_batch_example_runs_verbatim(tmp_path: Path) -> None:
             if server.stdout is not None:
                 server.stdout.close()
     assert (tmp_path / "runs" / "first" / "batch.json").exists()
+    export = re.search(r"`(\.venv/bin/proctor export runs/first[^`]*)`", README)
+    assert export is not None, "the README's export line for the batch example"
+    _run(export.group(1), tmp_path)
+    rollouts = list_rollouts(tmp_path / "runs" / "first", limit=None)
+    samples = (tmp_path / "runs" / "first-samples.jsonl").read_text().splitlines()
+    assert len(samples) == len(rollouts)  # one model turn each: one branch, one sample
+
+
+@pytest.fixture
+def grading(tmp_path: Path) -> Path:
+    (tmp_path / "grading.py").write_text(_blocks("python", "## Rewards, verifiers")[0])
+    return tmp_path
+
+
+def test_the_grading_example_and_its_shell_lines_run_verbatim(grading: Path) -> None:
+    commands = _commands(_blocks("sh", "## Rewards, verifiers")[0])
+    assert commands[0] == "python grading.py"
+    out = _run(f"{sys.executable} grading.py", grading).stdout
+    assert "1.0 {'length': 1.0} {'pass_at_2': 1.0} 0.0" in out
+    for command in commands[1:]:
+        _run(command, grading)
 
 
 # -- the CLI synopsis ---------------------------------------------------------------------

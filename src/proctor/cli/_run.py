@@ -54,6 +54,7 @@ class _Plan:
     judge: InterceptionProxy | None  # the proxy graders.judge rewards call
     runtime: str
     served: Environment | None  # the environment a local runtime serves
+    imported: RuntimeLike | None  # the runtime a foreign task source needs (Harbor)
     env_source: str
     env_name: str | None
     group: int
@@ -76,21 +77,29 @@ def _plan(args: argparse.Namespace) -> _Plan:
     source, env_name = split_source(args.source, args.env)
     runtime = _parse_runtime(args.runtime)
     env_source = args.env_source or source
-    _check_files(args, runtime, env_source)
+    imported = imported_source(source)
+    _check_files(args, runtime, env_source, imported is not None)
     taskset = Taskset.from_file(source)
     if not len(taskset):
         raise CLIError(f"{source}: the taskset has no rows")
-    if Path(source).is_dir():  # a folder is read through some of its files: say which
+    if Path(source).is_dir() and imported is None:  # read through some files: say which
         files = ", ".join(p.name for p in Taskset.source_files(source))
         print(f"tasks: {len(taskset)} rows from {files} in {source}", file=sys.stderr)
     row_envs = sorted({task.env for task in taskset})
     if env_name is None and len(row_envs) == 1 and not _remote(runtime):
         env_name = row_envs[0]  # picks the rows' environment when the source has several
-    served = _served(source, env_source, env_name, row_envs) if runtime == "local" else None
+    served = None
+    if imported is not None and isinstance(imported.environment, str):
+        env_source = imported.environment  # the importer's environment (Harbor's)
+    elif imported is not None:
+        served = imported.environment  # served in this process (an OpenEnv adapter)
+    elif runtime == "local" and imported is None:
+        served = _served(source, env_source, env_name, row_envs)
     _check_groups(taskset, args.group)
     agent, proxy = _agent(args, source, env_source)
     max_concurrent = args.max_concurrent
-    if max_concurrent is None and runtime in _CHILDREN:
+    own_runtime = None if imported is None else imported.runtime
+    if max_concurrent is None and (runtime in _CHILDREN or own_runtime is not None):
         max_concurrent = 2 * (os.cpu_count() or 1)
     from ..batch._execute import _batch_id
 
@@ -105,6 +114,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         _judge(args.judge_model),
         runtime,
         served,
+        own_runtime,
         env_source,
         env_name,
         group=args.group,
@@ -142,12 +152,29 @@ def _record_dir(args: argparse.Namespace, batch_id: str) -> str | None:
     return os.path.abspath(os.path.join(root, batch_id))
 
 
-def _check_files(args: argparse.Namespace, runtime: str, env_source: str) -> None:
-    check_source(runtime, env_source)
+def _check_files(
+    args: argparse.Namespace, runtime: str, env_source: str, imported: bool = False
+) -> None:
+    if not imported:
+        check_source(runtime, env_source)
     if args.output and os.path.lexists(args.output):
         raise CLIError(f"{args.output} already exists; --output writes a new file")
     if args.output_dir and os.path.lexists(args.output_dir):
         raise CLIError(f"{args.output_dir} already exists; --output-dir must be new")
+
+
+def imported_source(source: str) -> Any:
+    """A foreign task source (`proctor.importers.detect`: Harbor, OpenEnv), or None.
+
+    Raises:
+        CLIError: the source is recognized but malformed.
+    """
+    from ..importers import detect
+
+    try:
+        return detect(source)
+    except ValueError as exc:
+        raise CLIError(f"{source}: {exc}") from None
 
 
 def check_source(runtime: str, env_source: str) -> None:
@@ -307,11 +334,19 @@ async def provider(
     env_name: str | None,
     served: Environment | None,
     token: str | None,
+    imported: RuntimeLike | None = None,
 ) -> AsyncIterator[RuntimeLike]:
-    """The runtime a `--runtime` value names, up for as long as the block runs."""
+    """The runtime a `--runtime` value names (or the one a foreign task source needs,
+    `imported`), up for as long as the block runs."""
     from ..runtimes import LocalRuntime, SubprocessRuntime, UrlRuntime
 
-    if runtime == "local":
+    if imported is not None:
+        if isinstance(imported, contextlib.AbstractAsyncContextManager):
+            async with imported:
+                yield imported
+        else:
+            yield imported
+    elif runtime == "local" or served is not None:
         # Entered once so the environment starts once for the batch, and a failing
         # initialize hook fails here with one message instead of once per run.
         assert served is not None
@@ -345,6 +380,8 @@ async def _check_rows(plan: _Plan) -> None:
     Raises:
         CLIError: a bad row (without `--allow-invalid`), or no environment to ask.
     """
+    if plan.imported is not None and plan.served is None:
+        return  # an importer's rows, for the environment it serves on its own runtime
     rows = [t.model_dump(mode="json", exclude_none=True) for t in plan.taskset]
     if plan.served is not None:
         from ..batch._plan_probe import _row_problem
@@ -460,7 +497,14 @@ async def _rollouts(plan: _Plan, writer: _Writer | None) -> tuple[Job, float]:
     tally = Tally(len(slots))
     async with contextlib.AsyncExitStack() as stack:
         runtime = await stack.enter_async_context(
-            provider(plan.runtime, plan.env_source, plan.env_name, plan.served, plan.token)
+            provider(
+                plan.runtime,
+                plan.env_source,
+                plan.env_name,
+                plan.served,
+                plan.token,
+                plan.imported,
+            )
         )
         for proxy in (plan.proxy, plan.judge):
             if proxy is not None:

@@ -8,7 +8,7 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._usererror import print_error
 from ._common import CLIError, print_json, read_token, run_async, split_source
@@ -53,6 +53,7 @@ class _Setup:
     timeouts: Timeouts
     max_concurrent: int | None
     served: Environment | None = None
+    imported: Any = None  # a foreign task source (`proctor.importers.detect`)
 
 
 def _setup(args: argparse.Namespace) -> _Setup:
@@ -62,19 +63,21 @@ def _setup(args: argparse.Namespace) -> _Setup:
         CLIError: a usage error.
     """
     from ..engine import Timeouts
-    from ._run import _CHILDREN, _parse_runtime, check_source
+    from ._run import _CHILDREN, _parse_runtime, check_source, imported_source
 
     source, env_name = split_source(args.source, args.env)
     if not os.path.lexists(source):
         raise CLIError(f"{source}: no such file")
     runtime = _parse_runtime(args.runtime)
     env_source = args.env_source or source
-    check_source(runtime, env_source)
+    imported = imported_source(source)
+    if imported is None:
+        check_source(runtime, env_source)
     timeouts = Timeouts(rollout=args.timeout) if args.timeout else Timeouts.bounded()
     max_concurrent = args.max_concurrent
-    if max_concurrent is None and runtime in _CHILDREN:
+    if max_concurrent is None and (runtime in _CHILDREN or imported is not None):
         max_concurrent = 2 * (os.cpu_count() or 1)
-    return _Setup(
+    setup = _Setup(
         source,
         runtime,
         env_source,
@@ -83,6 +86,11 @@ def _setup(args: argparse.Namespace) -> _Setup:
         dataclasses.replace(timeouts, connect=args.ready_timeout),
         max_concurrent,
     )
+    if imported is not None:
+        setup.imported = imported
+        if not isinstance(imported.environment, str):
+            setup.served = imported.environment
+    return setup
 
 
 async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -> ValidationReport:
@@ -93,13 +101,16 @@ async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -
     envs = sorted({task.env for task in taskset})
     if setup.env_name is None and len(envs) == 1 and not _remote(setup.runtime):
         setup.env_name = envs[0]  # picks the rows' environment when the source has several
-    if setup.runtime == "local":
+    if setup.runtime == "local" and setup.imported is None:
         from ..runtimes import find_environment
 
         setup.served = find_environment(setup.env_source, setup.env_name)
+    own = None if setup.imported is None else setup.imported.runtime
     async with contextlib.AsyncExitStack() as stack:
         runtime = await stack.enter_async_context(
-            provider(setup.runtime, setup.env_source, setup.env_name, setup.served, setup.token)
+            provider(
+                setup.runtime, setup.env_source, setup.env_name, setup.served, setup.token, own
+            )
         )
         return await validate(
             taskset,

@@ -18,15 +18,16 @@ class Timeouts:
 
     `Timeouts(30)` caps the rollout at 30 s. Each limit is applied as a scope at its
     own phase and a breach raises `RolloutTimeout(phase, limit)` naming the phase the
-    run was in. A `TimeoutError` raised by the agent or the environment is not a
-    breach and keeps its own type.
+    run was in, except `agent`: its breach stops the agent and the run is graded on
+    what it left (`stop_reason` "timeout"). A `TimeoutError` raised by the agent or the
+    environment is not a breach and keeps its own type.
 
     Args:
         rollout: provisioning through grading. Teardown is not cut short by it.
         connect: retrying connect + hello until the server answers (`ConnectTimeout`).
         start: `tasks.start` (the task's setup up to the prompt).
-        agent: the agent loop.
-        grade: `tasks.grade`.
+        agent: the agent loop (then graded all the same).
+        grade: `tasks.grade` (and a verifier task's start and grade).
         teardown: stopping the substrate; always bounded. After a failure, telling the
             environment to cancel the task gets at most half of it first.
 

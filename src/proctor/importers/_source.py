@@ -41,14 +41,20 @@ def detect(path: str | os.PathLike[str], **options: Any) -> Source | None:
     """The foreign task source at `path`, or None when it is none proctor imports.
 
     Recognized: a Harbor / Terminal-Bench task directory or a folder of them
-    (`task.toml` and `instruction.md`), and an OpenEnv environment folder
-    (`openenv.yaml`). `options` go to the importer (`harbor_source`,
-    `openenv_source`).
+    (`task.toml` and `instruction.md`), an OpenEnv environment folder
+    (`openenv.yaml`), a verifiers environment package (or its project folder), and an
+    Inspect AI task file (a `.py` importing inspect_ai with a `@task`). `options` go
+    to the importer (`harbor_source`, `openenv_source`, `verifiers_source`,
+    `inspect_source`).
 
     Raises:
         ValueError: the source is recognized but malformed (the message names it).
     """
     folder = Path(path)
+    if folder.is_file():
+        from ._inspect_source import inspect_source, is_inspect_file
+
+        return inspect_source(folder, **options) if is_inspect_file(folder) else None
     if not folder.is_dir():
         return None
     if task_dirs(folder):
@@ -57,6 +63,10 @@ def detect(path: str | os.PathLike[str], **options: Any) -> Source | None:
         from ._openenv import openenv_source
 
         return openenv_source(folder, **options)
+    from ._verifiers_source import is_verifiers_package, verifiers_source
+
+    if is_verifiers_package(folder):
+        return verifiers_source(folder, **options)
     return None
 
 

@@ -143,7 +143,9 @@ class Taskset:
     def from_file(cls, path: str | os.PathLike[str], name: str | None = None) -> Taskset:
         """Load a taskset from `.json`, `.jsonl`, a `.py` source or a folder.
 
-        A `.json` file holds an array of rows, one row object (as HUD reads it) or
+        A foreign task source (a Harbor task directory or a folder of them, an OpenEnv
+        environment folder: `proctor.importers.detect`) gives its rows. A `.json`
+        file holds an array of rows, one row object (as HUD reads it) or
         `{"name": ..., "tasks": [...]}`; a `.jsonl` file one row per line. Rows are
         HUD's (see `Task`): HUD's fields, slugs and unknown keys all carry over. A
         `.py` file (or a package: a folder with an `__init__.py`) contributes every
@@ -164,6 +166,9 @@ class Taskset:
                 holds no task file; the message names the file and, where known, the line.
         """
         source = Path(path)
+        imported = _imported(source)
+        if imported is not None:
+            return cls(name or source.resolve().name, imported)
         files = cls.source_files(source)
         if files[0].suffix == ".py":
             given, tasks = _load_py(source if source.is_dir() and _is_package(source) else files)
@@ -251,6 +256,17 @@ class Taskset:
             executor=executor,
             judge=judge,
         )
+
+
+def _imported(source: Path) -> list[Task] | None:
+    """The rows of a foreign task source (`proctor.importers.detect`), else None."""
+    from ..importers import detect
+
+    try:
+        found = detect(source)
+    except ValueError as exc:
+        raise TasksetError(f"{source}: {exc}") from None
+    return None if found is None else found.rows
 
 
 def _read(path: Path) -> bytes:
