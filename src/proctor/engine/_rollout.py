@@ -136,7 +136,7 @@ async def execute(
     `run.launch_errors` and `run.launch_attempts` counts the launches. With `adopt`,
     the run continues a parked session instead (no launch, no `tasks.start`).
     """
-    deadlines = Timeouts.of(timeout)
+    deadlines = Timeouts.of(timeout).for_row(run.task.runtime_config)
     runtime = runtime if runtime is not None else default_runtime()
     stack = AsyncExitStack()
     try:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 __all__ = ["Timeouts"]
 
@@ -59,6 +61,21 @@ class Timeouts:
         or agent fails its rollout in that phase instead of holding a slot forever.
         `Timeouts()` itself keeps no limit on those phases."""
         return cls(start=BOUNDED_START, agent=BOUNDED_AGENT, grade=BOUNDED_GRADE)
+
+    def for_row(self, runtime_config: Mapping[str, Any] | None) -> Timeouts:
+        """These deadlines, tightened by a row's own: `runtime_config["timeouts"]`
+        (`start`, `agent`, `grade` in seconds, e.g. from a Harbor `task.toml`); each is
+        the smaller of the two. Anything else there is ignored."""
+        own = (runtime_config or {}).get("timeouts")
+        if not isinstance(own, Mapping):
+            return self
+        tighter = {}
+        for name in ("start", "agent", "grade"):
+            value = own.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                current = getattr(self, name)
+                tighter[name] = float(value) if current is None else min(current, float(value))
+        return replace(self, **tighter) if tighter else self
 
     @classmethod
     def of(cls, value: Timeouts | float | None) -> Timeouts:
