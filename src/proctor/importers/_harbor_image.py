@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import io
 import os
 import tarfile
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from .._errors import RuntimeLaunchError
+from ..runtimes._container import _cli
 from ..runtimes._image import _ETC, _closure, _Files
 
 __all__ = ["build_harbor_image"]
@@ -107,25 +107,10 @@ async def _image_id(exe: list[str], ref: str, *, missing_ok: bool = False) -> st
 
 
 async def _run(argv: list[str], limit: float) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
     try:
-        async with asyncio.timeout(limit):
-            out, err = await proc.communicate()
+        return await _cli(argv, limit)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
         raise RuntimeLaunchError(f"{' '.join(argv[:2])} ran past {limit:g}s") from None
-    except BaseException:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 @functools.cache
@@ -164,13 +149,4 @@ def _write_layer(files: _Files, out: IO[bytes]) -> None:
             info = tarfile.TarInfo(name)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
-        for info, content in files.members(compiled=True):
-            if info.name.split("/")[0] in _SKIP or info.name in _SKIP:
-                continue
-            if isinstance(content, bytes):
-                tar.addfile(info, io.BytesIO(content))
-            elif content is None:
-                tar.addfile(info)
-            else:
-                with open(content, "rb") as f:
-                    tar.addfile(info, f)
+        files.add_to(tar, skip=lambda name: name.split("/")[0] in _SKIP or name in _SKIP)

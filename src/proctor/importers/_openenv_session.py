@@ -23,7 +23,9 @@ class OpenEnvServer:
 
     Args:
         app: an OpenEnv ASGI app (`create_app(...)`) or `"module:attr"` naming one,
-            served in this process by uvicorn on 127.0.0.1 and a free port.
+            served in this process by uvicorn on 127.0.0.1 and a free port, which
+            answers only connections of this process's uid (a loopback port is open to
+            every local user: another one gets 403).
         base_url: the URL of an OpenEnv server already running (when `app` is None).
 
     Raises:
@@ -49,7 +51,9 @@ class OpenEnvServer:
         import uvicorn
 
         logging.getLogger("uvicorn.error").addFilter(_quiet_disconnects)
-        config = uvicorn.Config(_load_app(self.app), log_level="warning", lifespan="on")
+        config = uvicorn.Config(
+            _owner_only(_load_app(self.app)), log_level="warning", lifespan="on"
+        )
         config.load()
         server = uvicorn.Server(config)
         # What `Server.serve()` does before `startup()`, minus its signal capture.
@@ -173,3 +177,32 @@ def _load_app(app: Any) -> Any:
 
 def _result(result: Any) -> dict[str, Any]:
     return {"observation": result.observation, "reward": result.reward, "done": result.done}
+
+
+def _owner_only(app: Any) -> Any:
+    """`app`, refusing HTTP and WebSocket connections from any uid but ours (looked up
+    in /proc/net/tcp, as the capability forwarders do)."""
+    import os
+
+    from ..channel._peer import loopback_peer_uid
+
+    uid = os.getuid()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            server, client = scope.get("server"), scope.get("client")
+            peer = None if not (server and client) else loopback_peer_uid(server, client)
+            if peer != uid:
+                await _refuse(scope["type"], send)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def _refuse(kind: str, send: Any) -> None:
+    if kind == "websocket":  # closed before the accept: the client sees HTTP 403
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await send({"type": "http.response.start", "status": 403, "headers": []})
+    await send({"type": "http.response.body", "body": b"forbidden: not this server's user"})

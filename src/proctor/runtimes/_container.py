@@ -517,8 +517,9 @@ def _resources(resources: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _cli(argv: list[str]) -> tuple[int, str, str]:
-    """Run an engine command to completion: (exit code, stdout, stderr)."""
+async def _cli(argv: list[str], limit: float = _CLI_TIMEOUT) -> tuple[int, str, str]:
+    """Run an engine command to completion: (exit code, stdout, stderr); killed and
+    `TimeoutError` after `limit` seconds."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
@@ -526,7 +527,7 @@ async def _cli(argv: list[str]) -> tuple[int, str, str]:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        async with asyncio.timeout(_CLI_TIMEOUT):
+        async with asyncio.timeout(limit):
             out, err = await proc.communicate()
     except BaseException:
         with contextlib.suppress(ProcessLookupError):

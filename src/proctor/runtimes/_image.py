@@ -23,7 +23,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from importlib.util import MAGIC_NUMBER, cache_from_source
 from pathlib import Path
@@ -299,14 +299,20 @@ class _Files:
     def write(self, out: IO[bytes]) -> None:
         """Stream the tar archive to `out`."""
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-            for info, content in self.members(compiled=True):
-                if isinstance(content, bytes):
-                    tar.addfile(info, io.BytesIO(content))
-                elif content is None:
-                    tar.addfile(info)
-                else:
-                    with open(content, "rb") as f:
-                        tar.addfile(info, f)
+            self.add_to(tar)
+
+    def add_to(self, tar: tarfile.TarFile, skip: Callable[[str], bool] | None = None) -> None:
+        """Add every member to `tar`, but those whose name `skip` picks."""
+        for info, content in self.members(compiled=True):
+            if skip is not None and skip(info.name):
+                continue
+            if isinstance(content, bytes):
+                tar.addfile(info, io.BytesIO(content))
+            elif content is None:
+                tar.addfile(info)
+            else:
+                with open(content, "rb") as f:
+                    tar.addfile(info, f)
 
 
 def _exists(exe: list[str], ref: str) -> bool:
