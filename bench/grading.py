@@ -1,35 +1,39 @@
 """What grading and export cost: rewards, metrics, group rewards, a command grader, and
 `samples_from_batch` -> `write_samples`, each against a baseline measured in the same run.
 
-    .venv/bin/python bench/grading.py [--rollouts 2000] [--reps 3] [--command-rollouts 300]
-        [--sizes 1000,10000] [--seed 100] [--dir PARENT] [--keep] [--json PATH]
+    .venv/bin/python bench/grading.py [--rollouts 2000] [--rounds 3] [--reps 2]
+        [--command-rollouts 300] [--sizes 1000,10000] [--seed 100] [--skip SECTION]
+        [--dir PARENT] [--keep] [--json PATH]
 
 Every row runs in a fresh interpreter, so its CPU and peak RSS are its own.
 
 1. Grading, in process: `Taskset.run(agent, runtime=LocalRuntime(env), max_concurrent=50)`
-   with a function agent answering "42", after a warm-up run; CPU ms and wall per rollout
-   are the median of `--reps` runs of `--rollouts` rollouts. The baseline template yields
-   `graders.exact(answer, "42")` as its grade; the others end at their first yield and
-   are graded by two `@template.reward`s (`exact`, `terse`) and one `@env.metric`: all
-   sync, all async, and sync plus `env.group_reward(weight=0.0)(pass_at_k(2))` with
-   `group=4` (a quarter of the rows, four rollouts each). `graders.command("true")` yields
-   the grade of a subprocess (`bash -c true`) per rollout; its row counts the reaped
-   children's CPU too and runs `--command-rollouts` rollouts. Every rollout must complete
-   with reward 1.0 (and, with the group reward, a pass@2 of 1.0).
+   with a function agent answering "42". Each interpreter runs one case: a warm-up run,
+   then `--reps` timed runs of `--rollouts` rollouts; the cases take turns for `--rounds`
+   rounds (so a change of load hits them all), and each figure is the median over every
+   timed run. The baseline template yields `graders.exact(answer, "42")` as its grade;
+   the others end at their first yield and are graded by two `@template.reward`s
+   (`exact`, `terse`) and one `@env.metric`: all sync, all async, and sync plus
+   `env.group_reward(weight=0.0)(pass_at_k(2))` with `group=4` (a quarter of the rows,
+   four rollouts each). `graders.command("true")` yields the grade of a subprocess
+   (`bash -c true`) per rollout; its row counts the reaped children's CPU too and runs
+   `--command-rollouts` rollouts. Every rollout must complete with reward 1.0 (and,
+   with the group reward, a pass@2 of 1.0): the `all ok` column.
 2. Export: a real batch (`proctor.batch.execute`: a `ToolAgent` on `FakeModelServer` asked
    for vLLM token ids and logprobs, 3 tool calls and an answer, so 4 model turns per
-   rollout; local runtime; `repeats = 4`; rewards 1, 0, 1, 0 within a group) of `--seed`
-   rollouts, replicated to each size through `BatchStore` and `RolloutRecorder` (every
-   seed rollout's record fields, model turns, trace and checkpoint written again under a
-   new task slug: the real layout, as the batch writes it, without rerunning the model).
-   Then, per size, in a fresh interpreter each: the baseline reads every index row a page
-   (500) at a time and every rollout with `read_rollout` (record, model turns, trace); `jsonl`
-   and `parquet` stream `samples_from_batch(out)` into `write_samples`. Figures: wall,
-   rollouts/s, samples/s, CPU ms per rollout, wall over the baseline's, MB written, and
-   peak RSS (ru_maxrss) of the interpreter, which should stay flat from size to size.
+   rollout; local runtime; `repeats = 4`, rewards 1 and 0 within a group) of `--seed`
+   rollouts, copied to each size through `BatchStore` and `RolloutRecorder` (each seed
+   rollout's record fields, model turns, trace and checkpoint written again under a new
+   task slug: the layout the batch writes, without rerunning the model). Then, per size,
+   in a fresh interpreter each: the baseline (`read`) lists the index a page (500) at a
+   time and reads every rollout with `read_rollout` (record, model turns, trace); `jsonl`
+   and `parquet` stream `samples_from_batch(out)` into `write_samples`, their imports
+   done before the clock. Figures: wall, rollouts/s, samples/s, whether every sample has
+   token ids, CPU ms per rollout, CPU and wall over the baseline's, MB read and written,
+   and peak RSS (ru_maxrss) of the interpreter, which should stay flat from size to size.
 
-Only 127.0.0.1 is used (the fake model). The load average before and after and the
-number of cores are printed with the tables.
+Only 127.0.0.1 is used (the fake model). The load average before and after, each row's,
+and the number of cores are printed with the tables.
 """
 
 from __future__ import annotations
@@ -164,7 +168,7 @@ def _all_ok(job: Any, case: str) -> bool:
 
 
 def grading_row(case: str, n: int, reps: int) -> dict[str, Any]:
-    """Run `case` `reps` times over `n` rollouts after a warm-up; the medians."""
+    """Run `case` `reps` times over `n` rollouts after a warm-up; per-rollout figures."""
     from proctor import LocalRuntime, Taskset
     from proctor.agents import agent_from_fn
 
@@ -193,15 +197,7 @@ def grading_row(case: str, n: int, reps: int) -> dict[str, Any]:
             kids.append((k1 - k0) / count)
             wall.append((w1 - w0) / count)
             ok = ok and count == rows * group and _all_ok(job, case)
-        return {
-            "case": case,
-            "rollouts": rows * group,
-            "reps": reps,
-            "cpu_ms": statistics.median(cpu) * 1e3,
-            "child_cpu_ms": statistics.median(kids) * 1e3,
-            "rollouts_per_s": 1 / statistics.median(wall),
-            "ok": ok,
-        }
+        return {"rollouts": rows * group, "cpu": cpu, "kids": kids, "wall": wall, "ok": ok}
 
     return asyncio.run(main())
 
@@ -501,7 +497,7 @@ def rss_growth(rows: list[dict[str, Any]]) -> list[str]:
 GRADING_NOTE = [
     "CPU ms/r: this interpreter's user + system CPU per rollout; child ms/r: its reaped",
     "children's (the command grader's bash); x base: (CPU + child) over the baseline's CPU;",
-    "rollouts/s: wall over the same runs; load: 1-minute load average as the row started.",
+    "rollouts/s: wall over the same runs; load: median 1-minute load average as its rounds began.",
 ]
 EXPORT_NOTE = [
     "read: the baseline, list_rollouts a page at a time and read_rollout of each; x read",
@@ -519,7 +515,8 @@ def _load() -> str:
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--rollouts", type=int, default=2000, help="rollouts per grading run")
-    p.add_argument("--reps", type=int, default=5, help="grading runs per case (median)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the cases")
+    p.add_argument("--reps", type=int, default=2, help="timed runs per case and round")
     p.add_argument("--command-rollouts", type=int, default=300)
     p.add_argument("--sizes", default="1000,10000", help="rollouts per exported batch")
     p.add_argument("--seed", type=int, default=100, help="rollouts of the real seed batch")
@@ -536,12 +533,35 @@ def parse() -> argparse.Namespace:
 def grading_section(args: argparse.Namespace, ws: Path) -> tuple[list[str], dict[str, Any]]:
     """Every grading case, each in a fresh interpreter: the report lines and figures."""
     sizes = {c: args.command_rollouts if c == "command" else args.rollouts for c in CASES}
-    rows = [run_child(f"grading:{c}", sizes[c], args, ws) for c in CASES]
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CASES}
+    for _ in range(args.rounds):  # interleaved, so a change of load hits every case
+        for case in CASES:
+            runs[case].append(run_child(f"grading:{case}", sizes[case], args, ws))
+    rows = [_medians(case, got) for case, got in runs.items()]
     title = (
         f"grading per rollout (Taskset.run, LocalRuntime, function agent, max_concurrent "
-        f"{CONCURRENCY}; median of {args.reps} runs, after a warm-up):"
+        f"{CONCURRENCY}; median of {args.rounds} interleaved rounds x {args.reps} runs, "
+        "each interpreter warmed up first):"
     )
     return [title, *grading_table(rows), *GRADING_NOTE, ""], {"grading": rows}
+
+
+def _medians(case: str, got: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's row: the medians over every timed run of every round."""
+
+    def median(key: str) -> float:
+        values: list[float] = [x for g in got for x in g[key]]
+        return statistics.median(values)
+
+    return {
+        "case": case,
+        "rollouts": got[0]["rollouts"],
+        "cpu_ms": median("cpu") * 1e3,
+        "child_cpu_ms": median("kids") * 1e3,
+        "rollouts_per_s": 1 / median("wall"),
+        "ok": all(g["ok"] for g in got),
+        "load": statistics.median(g["load"] for g in got),
+    }
 
 
 def export_section(args: argparse.Namespace, ws: Path) -> tuple[list[str], dict[str, Any]]:
