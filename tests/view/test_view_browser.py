@@ -22,6 +22,7 @@ from view_helpers import (
     add,
     batch_child,
     hostile_batch,
+    page_true,
     proctor_view,
     run_batch,
     score,
@@ -74,7 +75,7 @@ async def test_the_batches_page_updates_live_while_a_batch_runs(page: Page, tmp_
                 await page.goto(view.url)
             counts = page.locator('tr[data-batch="live"] td.counts')
             await expect(counts).to_contain_text("running 2")
-            await page.wait_for_function("Number(document.body.dataset.updates) >= 1")  # state
+            await page_true(page, "Number(document.body.dataset.updates) >= 1")  # state
             before = await page.evaluate("Number(document.body.dataset.updates)")
             await page.evaluate("window.__same_document = true")
             navigations.clear()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from playwright.async_api import Page, expect
-from view_helpers import Assignment, add, proctor_view, write_batch_config
+from view_helpers import Assignment, add, page_true, proctor_view, write_batch_config
 
 from proctor.batch import BatchStore, aexecute
 from proctor.testing import FakeModelServer, Reply
@@ -143,9 +143,10 @@ async def test_artifacts_images_and_earlier_attempts(
         image = turn.locator("img.inline-image")
         await expect(image).to_have_count(1)
         await expect(image).to_have_attribute("src", PNG_URL)
-        await page.wait_for_function(
+        await page_true(
+            page,
             "document.querySelector('img.inline-image').complete"
-            " && document.querySelector('img.inline-image').naturalWidth === 2"
+            " && document.querySelector('img.inline-image').naturalWidth === 2",
         )
         await expect(turn.locator("pre.text", has_text=NOT_AN_IMAGE)).to_have_count(1)
         await expect(page.locator("#ruler rect.phase")).not_to_have_count(0)

@@ -291,3 +291,12 @@ async def batch_child(config: Path, out: Path, log_dir: Path) -> AsyncIterator[A
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def page_true(page: Any, expression: str, within: float = 30) -> None:
+    """Wait until `expression` is truthy in the page. Not `page.wait_for_function`: given
+    a string it polls through `eval`, which the dashboard's CSP (no 'unsafe-eval')
+    refuses whenever the first check is false. The page offers no event to wait on."""
+    async with asyncio.timeout(within):
+        while not await page.evaluate(expression):  # noqa: ASYNC110 - polling the page
+            await asyncio.sleep(0.05)

@@ -120,6 +120,8 @@ class Workspace:
         finally:
             for task in (feed, work, closed):
                 task.cancel()
+            if proc.stdin is not None:  # a cancelled feed never closed it: the
+                proc.stdin.close()  # transport would stay open (ResourceWarning)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
