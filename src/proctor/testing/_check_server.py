@@ -21,6 +21,7 @@ async def check_env_server(
     *,
     token: str | None = None,
     timeout: float = 10.0,  # noqa: ASYNC109 - per exchange, not one deadline
+    extensions: bool = True,
 ) -> None:
     """Check that a server of the conformance environment speaks control channel v1.
 
@@ -28,7 +29,10 @@ async def check_env_server(
     be held to the protocol: hello, tasks.list, start and grade (right and wrong
     answers), cancel (idle, after start, and interrupting a running start), one call
     at a time, notifications, parse and request errors that keep the session open,
-    parking and resuming a session, and bye. Each check uses its own connection.
+    parking and resuming a session, and bye. Each check uses its own connection. With
+    `extensions` (the default), proctor's additions too: `tasks.solve` (refused with no
+    task, the reference answer after a start, the task still gradable) and a start
+    result's `needs`; pass False for a server that speaks only HUD's methods.
 
     Args:
         url: `tcp://host:port` of a server serving `proctor.testing.conformance_env`.
@@ -40,7 +44,7 @@ async def check_env_server(
     """
     host, port = host_port(url)
     wire = _Opener(host, port, token, timeout)
-    for check in _CHECKS:
+    for check in _CHECKS + (_EXTENSIONS if extensions else ()):
         try:
             await check(wire)
         except AssertionError as exc:
@@ -277,6 +281,18 @@ async def _bye(op: _Opener) -> None:
         await w.closed()
 
 
+async def _solve(op: _Opener) -> None:
+    async with op.open() as w:
+        await w.error(w.request("tasks.solve"), -32600)  # no task in progress
+        started = await w.call("tasks.start", {"id": "echo", "args": {"text": "ref"}})
+        assert "needs" not in started, f"echo's graders need nothing sent: {started}"
+        solved = await w.call("tasks.solve")
+        assert solved == {"answer": "ref"}, f"tasks.solve result {solved!r}"
+        graded = await w.call("tasks.grade", {"answer": solved["answer"]})
+        assert graded.get("score") == 1.0, f"the reference answer graded {graded}"
+
+
+_EXTENSIONS = (_solve,)
 _CHECKS = (
     _hello,
     _tasks_list,

@@ -4,7 +4,8 @@ Serve it like any environment: `python -m proctor.serve SOURCE`, where `SOURCE` 
 is this file. Its rows are `env.echo(text=...)` and `env.slow(seconds=...)`.
 
 Templates:
-    echo(text, marker=""): the prompt is `text`; an exact echo grades 1.0, else 0.0.
+    echo(text, marker=""): the prompt is `text`; an exact echo grades 1.0, else 0.0;
+        its reference solution (`tasks.solve`) is `text`.
     slow(seconds, marker=""): sleeps `seconds` before the prompt, then grades 1.0.
 
 When a row's `marker` names a directory, the environment leaves files there, so that a
@@ -57,7 +58,11 @@ def _shutdown() -> None:
         _write(folder, f"env-{_State.instance}.shutdown", process_identity())
 
 
-@env.template
+def _echo_solution(task: Any) -> str:
+    return str(task.text)
+
+
+@env.template(solution=_echo_solution)
 async def echo(text: str, marker: str = "") -> AsyncGenerator[Any, Any]:
     """Repeat the prompt exactly."""
     with _tracked(marker):
