@@ -50,6 +50,13 @@ class GroupRewards:
             await self._apply(members)
         return held
 
+    def unfinished(self) -> list[Member]:
+        """The members held for groups that never ended (an interrupted run), once:
+        they are given up, so a caller can still write them out."""
+        held = [member for members in self._held.values() for member in members]
+        self._held.clear()
+        return held
+
     async def _apply(self, members: list[Member]) -> None:
         from ..engine._groups import apply_group_rewards
 

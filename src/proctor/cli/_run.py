@@ -650,9 +650,14 @@ async def _drain(
                 for r in ended:
                     writer(r)
 
-    async with asyncio.TaskGroup() as tg:
-        for _ in range(min(plan.max_concurrent or len(slots), len(slots))):
-            tg.create_task(worker())
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(min(plan.max_concurrent or len(slots), len(slots))):
+                tg.create_task(worker())
+    finally:  # an interrupted run still writes the runs of groups that never ended
+        if groups is not None and writer is not None:
+            for _, run in groups.unfinished():
+                writer(run)
 
 
 async def _one(plan: _Plan, slot: _Slot, ctx: _Context) -> Run:
