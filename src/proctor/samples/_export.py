@@ -16,7 +16,7 @@ from ._sample import Sample
 __all__ = ["ExportCounts", "Format", "write_samples"]
 
 Format = Literal["jsonl", "parquet"]
-ROW_GROUP = 1000  # samples per Parquet row group: memory stays flat however many there are
+ROW_GROUP = 256  # samples per Parquet row group: held at once (~5 MB), flat however many
 # Parquet keeps message lists as JSON text: their shapes differ by API and by message.
 _JSON_COLUMNS = ("prompt", "completion", "tools")
 
