@@ -12,22 +12,19 @@ HUD settings; HUD's platform URLs point at a closed loopback port) and binds 127
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from _support.hud_env import exact_env_argv, scrubbed_environ
 from proctor import SubprocessRuntime
 from proctor.runtimes import Runtime
 
 PEERS_VAR = "PROCTOR_PEERS_PYTHON"
 EXAMPLES = Path(__file__).resolve().parent / "hud_examples"
 SRC = Path(__file__).resolve().parents[2] / "src"
-CLOSED_PORT = "http://127.0.0.1:9"
-HUD_URL_VARS = ("HUD_TELEMETRY_URL", "HUD_API_URL", "HUD_WEB_URL", "HUD_GATEWAY_URL",
-                "HUD_RUNTIME_URL", "HUD_RL_URL")  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +61,7 @@ def serve(workdir: Path, request: pytest.FixtureRequest) -> Callable[[str, str],
 
     def runtime(server: str, example: str) -> Runtime:
         source = str(EXAMPLES / example)
-        environ = scrubbed_environ(workdir)
+        environ = scrubbed_environ(workdir, workdir / "spans")
         if server == "proctor":
             argv = [sys.executable, "-m", "proctor.cli", "serve", "--compat", "hud", source]
         else:
@@ -91,33 +88,3 @@ def _hidden_hud(root: Path) -> Path:
     folder.mkdir(exist_ok=True)
     (folder / "hud.py").write_text('raise ImportError("hud is hidden from this process")\n')
     return folder
-
-
-def scrubbed_environ(home: Path) -> dict[str, str]:
-    """os.environ without HUD settings or API keys, plus the network-safety settings."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("HUD_", "AWS_"))
-        and not key.endswith(("_API_KEY", "_TOKEN"))
-        and key not in ("PYTHONPATH", "VIRTUAL_ENV")
-    }
-    env.update(
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        XDG_CACHE_HOME=str(home / ".cache"),
-        HUD_TELEMETRY_ENABLED="false",
-        HUD_CLI_ANALYTICS_ENABLED="false",
-        HUD_FILE_TRACKING_ENABLED="false",
-        HUD_SKIP_VERSION_CHECK="1",
-        HUD_TELEMETRY_LOCAL_DIR=str(home / "spans"),
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(dict.fromkeys(HUD_URL_VARS, CLOSED_PORT))
-    return env
-
-
-def exact_env_argv(environ: dict[str, str], argv: list[str]) -> list[str]:
-    """`argv` run with exactly `environ` (`SubprocessRuntime(env=)` only adds)."""
-    env_bin = shutil.which("env") or "/usr/bin/env"
-    return [env_bin, "-i", *(f"{k}={v}" for k, v in environ.items()), *argv]
