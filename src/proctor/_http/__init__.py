@@ -7,8 +7,8 @@ build on it. Built on asyncio protocols (uvloop works too) for speed.
 from .._errors import Abort
 from ._client import ClientResponse, HttpClient
 from ._headers import Headers
-from ._limits import HttpLimits, Share
-from ._message import Handler, Request, Response, Screen
+from ._limits import HttpLimits
+from ._message import Handler, Request, Response, Screen, Share
 from ._server import HttpServer
 from ._sse import SSEEvent, SSEParser, format_sse
 

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, cast
 from .._errors import Abort
 from .._reads import BufferedReads
 from ._headers import HeaderSource, as_pairs
-from ._limits import Share
-from ._message import Request, Response, error_response, status_line
+from ._message import Request, Response, Share, error_response, status_line
 from ._parse import (
     ChunkedDecoder,
     LengthReader,
@@ -308,7 +307,7 @@ class Connection(BufferedReads):
         parts = self._parts
         self._parts = []
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        request = Request(head.method, head.target, head.headers, body, self._client)
+        request = Request(head.method, head.target, head.headers, body, self._client, self._share)
         self._wait_for(_BUSY)
         self._task = self._loop.create_task(self._respond(request, head))
 

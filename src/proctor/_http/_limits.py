@@ -5,14 +5,9 @@ from __future__ import annotations
 import contextlib
 import math
 import resource
-from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ._message import Response
-
-__all__ = ["HttpLimits", "Share"]
+__all__ = ["HttpLimits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,67 +73,3 @@ class HttpLimits:
         """How often deadlines are checked: a quarter of the shortest, at most 1 s."""
         shortest = min(self.head_timeout, self.body_timeout, self.idle_timeout)
         return max(0.005, min(1.0, shortest / 4))
-
-
-class Share:
-    """One owner's part of an `HttpServer` (a proxy session): how many of its requests
-    the server holds at once (from head to response) and how many of their body bytes.
-
-    A screen returns the share a request's head names; the server charges the request
-    to it before reading the body. A head whose `Content-Length` alone is over
-    `max_buffered` gets 413; one that would take the share past either cap gets 429
-    (both final: `x-should-retry: false`), so an owner's flood is refused on its own
-    share, never on the server's: such requests count against the server's
-    `max_buffered` only by the bytes that actually arrived. A chunked body is charged
-    as it arrives.
-
-    Args:
-        max_requests: requests held at once.
-        max_buffered: body bytes held at once (announced lengths, in full).
-        refusal: builds the response for a refusal from (status, message); the
-            server's own JSON error by default.
-    """
-
-    __slots__ = ("buffered", "max_buffered", "max_requests", "refusal", "requests")
-
-    def __init__(
-        self,
-        max_requests: int,
-        max_buffered: int,
-        refusal: Callable[[int, str], Response] | None = None,
-    ) -> None:
-        if max_requests < 1 or max_buffered < 1:
-            raise ValueError("Share.max_requests and max_buffered must be positive")
-        self.max_requests = max_requests
-        self.max_buffered = max_buffered
-        self.refusal = refusal
-        self.requests = 0
-        self.buffered = 0
-
-    def __repr__(self) -> str:
-        return (
-            f"<Share requests={self.requests}/{self.max_requests} "
-            f"buffered={self.buffered}/{self.max_buffered}>"
-        )
-
-    def take(self, length: int) -> tuple[int, str] | None:
-        """Charge one request announcing `length` body bytes; the refusal, if any."""
-        if length > self.max_buffered:
-            return 413, f"request body over this client's share ({self.max_buffered} bytes)"
-        if self.requests >= self.max_requests:
-            return 429, f"this client already has {self.requests} requests in hand"
-        if self.buffered + length > self.max_buffered:
-            return 429, "this client's requests already hold its share of request bytes"
-        self.requests += 1
-        self.buffered += length
-        return None
-
-    def grow(self, size: int) -> bool:
-        """Charge `size` more bytes of a request already taken; False past the cap."""
-        self.buffered += size
-        return self.buffered <= self.max_buffered
-
-    def give_back(self, size: int) -> None:
-        """Release a request taken, with the bytes charged for it."""
-        self.requests -= 1
-        self.buffered -= size

@@ -6,16 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from ._headers import Headers, HeaderSource, as_pairs
 
-if TYPE_CHECKING:
-    from ._limits import Share
-
-__all__ = ["Handler", "Request", "Response", "Screen", "error_response", "status_line"]
+__all__ = ["Handler", "Request", "Response", "Screen", "Share", "error_response", "status_line"]
 
 _status_lines: dict[int, str] = {}
 
@@ -29,6 +26,7 @@ class Request:
     headers: Headers
     body: bytes
     client: tuple[str, int] | None = None
+    share: Share | None = None  # the share the server's screen charged it to
 
     @property
     def path(self) -> str:
@@ -113,3 +111,71 @@ Screen = Callable[[Request], "Response | Share | None"]
 """Called with a request whose head has arrived and whose body has not (`body` is
 empty): None lets it through; a response (with a bytes body) is sent instead, and the
 body is never read; a `Share` lets it through charged to that share."""
+
+
+class Share:
+    """One owner's part of an `HttpServer` (a proxy session): how many of its requests
+    the server holds at once (from head to response) and how many of their body bytes.
+
+    A screen returns the share a request's head names; the server charges the request
+    to it before reading the body. A head whose `Content-Length` alone is over
+    `max_buffered` gets 413; one that would take the share past either cap gets 429
+    (both final: `x-should-retry: false`), so an owner's flood is refused on its own
+    share, never on the server's: such requests count against the server's
+    `max_buffered` only by the bytes that actually arrived. A chunked body is charged
+    as it arrives.
+
+    Args:
+        max_requests: requests held at once.
+        max_buffered: body bytes held at once (announced lengths, in full).
+        refusal: builds the response for a refusal from (status, message); the
+            server's own JSON error by default.
+        owner: whatever the screen wants to find again from `Request.share` (the
+            proxy's session), so the handler need not look it up a second time.
+    """
+
+    __slots__ = ("buffered", "max_buffered", "max_requests", "owner", "refusal", "requests")
+
+    def __init__(
+        self,
+        max_requests: int,
+        max_buffered: int,
+        refusal: Callable[[int, str], Response] | None = None,
+        owner: object = None,
+    ) -> None:
+        if max_requests < 1 or max_buffered < 1:
+            raise ValueError("Share.max_requests and max_buffered must be positive")
+        self.max_requests = max_requests
+        self.max_buffered = max_buffered
+        self.refusal = refusal
+        self.owner = owner
+        self.requests = 0
+        self.buffered = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Share requests={self.requests}/{self.max_requests} "
+            f"buffered={self.buffered}/{self.max_buffered}>"
+        )
+
+    def take(self, length: int) -> tuple[int, str] | None:
+        """Charge one request announcing `length` body bytes; the refusal, if any."""
+        if length > self.max_buffered:
+            return 413, f"request body over this client's share ({self.max_buffered} bytes)"
+        if self.requests >= self.max_requests:
+            return 429, f"this client already has {self.requests} requests in hand"
+        if self.buffered + length > self.max_buffered:
+            return 429, "this client's requests already hold its share of request bytes"
+        self.requests += 1
+        self.buffered += length
+        return None
+
+    def grow(self, size: int) -> bool:
+        """Charge `size` more bytes of a request already taken; False past the cap."""
+        self.buffered += size
+        return self.buffered <= self.max_buffered
+
+    def give_back(self, size: int) -> None:
+        """Release a request taken, with the bytes charged for it."""
+        self.requests -= 1
+        self.buffered -= size

@@ -138,9 +138,13 @@ def parse_response_head(head: bytes) -> ResponseHead:
 
 def _framing(headers: Headers) -> tuple[bool, int | None]:
     """(chunked, content length) from the framing headers, refusing ambiguity."""
-    keys = headers._keys
-    te = headers.get_all("transfer-encoding") if "transfer-encoding" in keys else None
-    cl = headers.get_all("content-length") if "content-length" in keys else None
+    te: list[str] = []
+    cl: list[str] = []
+    for key, (_, value) in zip(headers._keys, headers._items, strict=True):
+        if key == "content-length":
+            cl.append(value)
+        elif key == "transfer-encoding":
+            te.append(value)
     if te:
         codings = [c.strip().lower() for v in te for c in v.split(",")]
         if codings[-1] != "chunked" or "chunked" in codings[:-1] or cl:

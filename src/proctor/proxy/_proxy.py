@@ -232,7 +232,10 @@ class InterceptionProxy:
     async def _handle(self, req: Request) -> Response:
         try:
             api = self._route(req)
-            session = self._authenticate(req, api)
+            share = req.share  # the screen found the session already
+            session = share.owner if share is not None else None
+            if not isinstance(session, ProxySession) or session.closed:
+                session = self._authenticate(req, api)
             upstream = self._upstream(req, api)
             if upstream is None:
                 return await self._models()
@@ -340,7 +343,8 @@ async def _admit(api: str, session: ProxySession, req: Request, hold: Hold) -> _
     """
     key = req.headers.get("idempotency-key")
     if key is None:
-        await _enter(api, session, hold, True)
+        if session.try_admit(hold, True) is not None:  # no room, or refused: say which
+            await _enter(api, session, hold, True)
         return None
     digest = hashlib.blake2b(req.body, digest_size=16).digest()
     while True:

@@ -194,7 +194,7 @@ class ProxySession:
         self.on_turn: Callable[[dict[str, Any]], None] | None = None
         self.frames = Frames()
         self.quotas = quotas = quotas or SessionQuotas()
-        self.share = Share(quotas.max_requests, quotas.max_buffered)
+        self.share = Share(quotas.max_requests, quotas.max_buffered, owner=self)
         self.in_flight = 0
         self.recorded = 0
         self._history = History()  # recorded requests share the messages they repeat
@@ -310,8 +310,10 @@ class ProxySession:
             )
             if self.shared is not None:
                 self.shared.held -= hold.cost
-                _wake(self.shared.waiters)
-        _wake(self._waiters)
+                if self.shared.waiters:
+                    _wake(self.shared.waiters)
+        if self._waiters:
+            _wake(self._waiters)
 
     def _room(self) -> bool:
         """Whether a turn may start now: a slot is free and no budget is spent counting
