@@ -271,7 +271,22 @@ def verdicts(rows: list[Any]) -> list[str]:
                 f"{added['before']:.3f} ms ({added['proctor'] - added['before']:+.3f} ms), "
                 f"proxy CPU {now['proxy_cpu_us']:.0f} vs {then['proxy_cpu_us']:.0f} us/req"
             )
+            runs = [r for level, r in rows if level == c]
+            if len(runs) > 1:
+                lines.append(f"C={c} paired, run by run: " + paired(runs))
     return lines
+
+
+def paired(runs: list[dict[str, dict[str, float]]]) -> str:
+    """This checkout over --before within each interleaved run: the median ratio and its
+    range, which the load's drift between runs cannot bias as the column medians can."""
+    parts = []
+    for key, label in (("rps", "req/s"), ("proxy_cpu_us", "CPU/req")):
+        ratios = sorted(r["proctor"][key] / r["before"][key] for r in runs)
+        parts.append(
+            f"{label} {statistics.median(ratios):.3f}x (from {ratios[0]:.2f} to {ratios[-1]:.2f})"
+        )
+    return ", ".join(parts)
 
 
 def main() -> None:
