@@ -99,11 +99,24 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
+# Old names kept for one minor release, each with a warning naming its replacement.
+# `Runtime` changed meaning instead: it is the contract now, and `Runtime(url)` raises
+# a TypeError naming `UrlRuntime`.
+_DEPRECATED = {
+    "Client": "proctor.EnvClient",
+    "EvaluationResult": "proctor.Grade",
+    "Limits": "proctor.ModelLimits",
+    "Provider": "proctor.Runtime",
+    "Server": "proctor.EnvServer",
+}
+
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'proctor' has no attribute {name!r}")
+        from ._public import deprecated_alias
+
+        return deprecated_alias(__name__, name, _DEPRECATED)
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

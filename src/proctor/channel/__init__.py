@@ -15,4 +15,9 @@ __all__ = [
     "connect",
 ]
 
-publish(globals(), __all__, __name__)
+publish(
+    globals(),
+    __all__,
+    __name__,
+    deprecated={"Client": "proctor.channel.EnvClient", "Server": "proctor.channel.EnvServer"},
+)

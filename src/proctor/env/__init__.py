@@ -40,4 +40,12 @@ __all__ = [
     "group_rewards",
 ]
 
-publish(globals(), __all__, __name__)
+publish(
+    globals(),
+    __all__,
+    __name__,
+    deprecated={
+        "EvaluationResult": "proctor.records.Grade",
+        "SubScore": "proctor.records.SubScore",
+    },
+)

@@ -2,7 +2,8 @@
 
 `model_client("openai/gpt-4.1-mini")` gives a `ModelClient` whatever the provider
 (OpenAI Chat Completions or Responses, Anthropic Messages, any OpenAI-compatible
-server by base URL). Provider SDKs load only when a client is made, so importing this
+server by base URL); `aws_client("bedrock/<model id>")` gives one on Bedrock Converse
+or a SigV4-signed endpoint, with AWS credentials. Provider SDKs load only when a client is made, so importing this
 package stays light. Messages carry text or parts, images among them (`ImagePart`: a
 file read and encoded only when a request is built). The pure pieces (retry state
 machine, wire parsing, pricing, compaction) live in private modules that the
@@ -10,6 +11,7 @@ interception proxy shares.
 """
 
 from .._public import publish
+from ._bedrock import aws_client
 from ._client import REQUEST_CEILINGS, ProviderAdapter, model_client
 from ._clock import Clock
 from ._content import IMAGE_TYPES, OMITTED, ImagePart, TextPart, content_parts
@@ -38,6 +40,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "aws_client",
     "compact",
     "content_parts",
     "cost",
@@ -48,4 +51,5 @@ __all__ = [
     "pricing_date",
 ]
 
-publish(globals(), __all__, __name__)
+# FakeClock moved up to the shipped test helpers; the alias imports it only when asked.
+publish(globals(), __all__, __name__, deprecated={"FakeClock": "proctor.testing.FakeClock"})

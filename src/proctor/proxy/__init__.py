@@ -29,4 +29,4 @@ __all__ = [
     "Upstream",
 ]
 
-publish(globals(), __all__, __name__)
+publish(globals(), __all__, __name__, deprecated={"Limits": "proctor.proxy.ModelLimits"})

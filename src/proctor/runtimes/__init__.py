@@ -23,4 +23,12 @@ __all__ = [
     "python_image",
 ]
 
-publish(globals(), __all__, __name__)
+publish(
+    globals(),
+    __all__,
+    __name__,
+    deprecated={
+        "Provider": "proctor.runtimes.Runtime",
+        "ProviderLike": "proctor.runtimes.RuntimeLike",
+    },
+)

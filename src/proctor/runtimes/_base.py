@@ -69,6 +69,14 @@ class Runtime(ABC):
     A runtime that can tell when its substrate dies says so through `Endpoint.died`.
     """
 
+    def __new__(cls, *args: object, **kwargs: object) -> Runtime:
+        if cls is Runtime:  # the name meant the URL runtime until 0.1
+            raise TypeError(
+                "Runtime is the runtime contract (an abstract base class) since 0.1: "
+                "for an environment served at a URL, use UrlRuntime(url)"
+            )
+        return super().__new__(cls)
+
     @abstractmethod
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         """Acquire a substrate serving `task.env`."""
