@@ -1,4 +1,9 @@
-"""Model strings: `provider/model[@base_url][?api=...]` to a `ModelSpec`."""
+"""Model strings: `provider/model[@base_url][?api=...]` to a `ModelSpec`.
+
+Two providers sign with AWS SigV4 instead of a key: `bedrock/<model id>` (Bedrock
+runtime Converse, the endpoint of the AWS region unless a URL is given) and
+`mantle/<model>@https://host/v1` (an OpenAI-compatible server behind SigV4).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ from urllib.parse import urlsplit
 
 __all__ = ["PROVIDERS", "Api", "ModelSpec", "parse_model"]
 
-Api = Literal["chat", "responses", "messages"]
+Api = Literal["chat", "responses", "messages", "converse"]
+Auth = Literal["key", "sigv4"]
 
-_APIS: tuple[Api, ...] = ("chat", "responses", "messages")
+_APIS: tuple[Api, ...] = ("chat", "responses", "messages", "converse")
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -21,6 +27,7 @@ class _Provider:
     api: Api
     base_url: str
     api_key_env: str | None
+    auth: Auth = "key"
 
 
 PROVIDERS: dict[str, _Provider] = {
@@ -31,6 +38,9 @@ PROVIDERS: dict[str, _Provider] = {
     "sglang": _Provider("chat", "http://127.0.0.1:30000/v1", None),
     "ollama": _Provider("chat", "http://127.0.0.1:11434/v1", None),
     "openrouter": _Provider("chat", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "openrouter-responses": _Provider(
+        "responses", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"
+    ),
     "fireworks": _Provider("chat", "https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY"),
     "together": _Provider("chat", "https://api.together.xyz/v1", "TOGETHER_API_KEY"),
     "groq": _Provider("chat", "https://api.groq.com/openai/v1", "GROQ_API_KEY"),
@@ -38,6 +48,8 @@ PROVIDERS: dict[str, _Provider] = {
     "gemini": _Provider(
         "chat", "https://generativelanguage.googleapis.com/v1beta/openai", "GEMINI_API_KEY"
     ),
+    "bedrock": _Provider("converse", "", None, "sigv4"),
+    "mantle": _Provider("chat", "", None, "sigv4"),
 }
 """Known providers: their API, default base URL and API-key variable."""
 
@@ -58,6 +70,8 @@ class ModelSpec:
             (Anthropic Messages).
         base_url: the API root, without a trailing slash.
         api_key_env: the environment variable holding the key; None for keyless servers.
+        auth: `key` (a bearer or `x-api-key` header) or `sigv4` (requests signed with
+            AWS credentials: `bedrock/` and `mantle/`).
     """
 
     provider: str
@@ -65,9 +79,13 @@ class ModelSpec:
     api: Api
     base_url: str
     api_key_env: str | None
+    auth: Auth = "key"
 
     def auth_headers(self, key: str | None) -> dict[str, str]:
-        """The request headers that carry `key` for this API (none for a missing key)."""
+        """The request headers that carry `key` for this API (none for a missing key,
+        or for a SigV4 provider: its requests are signed instead)."""
+        if self.auth == "sigv4":
+            return {}
         if self.api == "messages":
             headers = {"anthropic-version": ANTHROPIC_VERSION}
             return {**headers, "x-api-key": key} if key else headers
@@ -82,6 +100,11 @@ def parse_model(spec: str) -> ModelSpec:
     Messages. `vllm/Qwen3-8B@http://127.0.0.1:8000/v1` points a known provider at a
     URL; any other `name/model@url` is an OpenAI-compatible server. The model part
     may contain `/` (`openrouter/openai/gpt-4.1`).
+
+    `bedrock/anthropic.claude-sonnet-4-5-20250929-v1:0` is Bedrock Converse in the AWS
+    region of the standard configuration (`@https://...` overrides the endpoint);
+    `mantle/<model>@https://host/v1` is an OpenAI-compatible server whose requests are
+    signed with AWS SigV4. Neither takes an API key.
 
     Raises:
         ValueError: the string does not have that shape, names an unknown provider
@@ -108,10 +131,18 @@ def parse_model(spec: str) -> ModelSpec:
         chosen = cast(Api, api)
     if url is not None and not urlsplit(url).hostname:
         raise ValueError(f"base URL without a host in {spec!r}")
+    if (chosen == "converse") != (provider.lower() == "bedrock"):
+        raise ValueError(f"{spec!r}: the converse API is bedrock/'s, and bedrock/ speaks only it")
+    if provider.lower() == "mantle" and url is None:
+        raise ValueError(
+            f"{spec!r}: a mantle/ model needs its SigV4-signed endpoint, as "
+            f"mantle/{model}@https://host/v1"
+        )
     return ModelSpec(
         provider=provider.lower(),
         model=model,
         api=chosen,
         base_url=(url or (known.base_url if known else "")).rstrip("/"),
         api_key_env=known.api_key_env if known else None,
+        auth=known.auth if known else "key",
     )

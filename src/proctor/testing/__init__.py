@@ -6,7 +6,8 @@ reachable, graded, and torn down on success, error, timeout and cancellation);
 `conformance_env`, an environment shipped here for the purpose. `memory_pair`
 connects two asyncio protocols without a socket; `FakeClock` makes retry waits
 instant. `FakeModelServer` speaks the OpenAI and Anthropic wire formats from scripted
-`Reply`s and injects `Fault`s on command.
+`Reply`s and injects `Fault`s on command; `FakeBedrockServer` adds Bedrock Converse,
+its model catalog and SigV4-signed chat completions, each signature checked.
 """
 
 from .._public import publish
@@ -15,6 +16,7 @@ from . import conformance_env
 from ._check_runtime import RUNTIME_CHECKS, RuntimeReport, check_runtime
 from ._check_server import check_env_server
 from ._clock import FakeClock
+from ._fake_bedrock import FakeBedrockServer
 from ._fake_model import FakeModelServer
 from ._fake_model_images import FakeImage
 from ._fake_model_reply import FakeToolCall, Fault, Reply
@@ -22,6 +24,7 @@ from ._fake_model_request import FakeRequest
 
 __all__ = [
     "RUNTIME_CHECKS",
+    "FakeBedrockServer",
     "FakeClock",
     "FakeImage",
     "FakeModelServer",

@@ -13,7 +13,7 @@ from ._fake_model_reply import Fault
 
 __all__ = ["Api", "FakeRequest"]
 
-Api = Literal["chat", "responses", "messages", "models"]
+Api = Literal["chat", "responses", "messages", "models", "converse"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,8 @@ class FakeRequest:
     """One request the fake model received, in arrival order on `FakeModelServer.requests`.
 
     Attributes:
-        api: "chat", "responses", "messages" (Anthropic) or "models".
+        api: "chat", "responses", "messages" (Anthropic), "models" or "converse"
+            (Bedrock).
         method: the HTTP method.
         path: the request path, e.g. "/v1/chat/completions".
         headers: the request headers.
@@ -53,6 +54,9 @@ class FakeRequest:
     @property
     def tool_names(self) -> list[str]:
         """Names of the tools offered, in order."""
+        if self.api == "converse":
+            tools = (self._get("toolConfig") or {}).get("tools") or ()
+            return [str(t["toolSpec"].get("name", "")) for t in tools if "toolSpec" in t]
         return [_tool_name(tool) for tool in self._get("tools") or ()]
 
     @property
@@ -74,6 +78,8 @@ class FakeRequest:
             return _from_responses(self._get("instructions"), self._get("input"))
         if self.api == "messages":
             return _from_anthropic(self._get("system"), self._get("messages") or ())
+        if self.api == "converse":
+            return _from_converse(self._get("system"), self._get("messages") or ())
         return []
 
     @property
@@ -87,6 +93,8 @@ class FakeRequest:
             last = _from_responses(None, items if isinstance(items, str) else (items or ())[-1:])
         elif self.api == "messages":
             last = _from_anthropic(None, (self._get("messages") or ())[-1:])
+        elif self.api == "converse":
+            last = _from_converse(None, (self._get("messages") or ())[-1:])
         else:
             return None
         return last[-1] if last else None
@@ -187,3 +195,39 @@ def _anthropic_call(block: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {"name": block.get("name"), "arguments": arguments},
     }
+
+
+def _from_converse(system: Any, messages: Any) -> list[dict[str, Any]]:
+    """Bedrock Converse blocks in Anthropic's shape, read as Anthropic's."""
+    blocks = []
+    for message in messages:
+        content = []
+        for block in message.get("content") or ():
+            if "text" in block:
+                content.append({"type": "text", "text": block["text"]})
+            elif "toolUse" in block:
+                use = block["toolUse"]
+                content.append(
+                    {
+                        "type": "tool_use",
+                        "id": use.get("toolUseId"),
+                        "name": use.get("name"),
+                        "input": use.get("input", {}),
+                    }
+                )
+            elif "toolResult" in block:
+                result = block["toolResult"]
+                texts = [
+                    {"type": "text", "text": b["text"]}
+                    for b in result.get("content") or ()
+                    if "text" in b
+                ]
+                content.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": result.get("toolUseId"),
+                        "content": texts,
+                    }
+                )
+        blocks.append({"role": message.get("role"), "content": content})
+    return _from_anthropic(_text(system) if system else None, blocks)

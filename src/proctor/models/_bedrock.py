@@ -1,0 +1,213 @@
+"""Bedrock runtime Converse, and `aws_client()` for every SigV4 model string.
+
+Requests are signed with botocore's `SigV4Auth` (credentials from the standard chain)
+and sent through proctor's own HTTP client rather than boto3's: boto3 is synchronous
+(a thread per call) and hides the raw status, headers and body the shared retry
+contract classifies, where this keeps one async keep-alive pool and the same signer
+serves the SigV4-signed OpenAI-compatible endpoints and the interception proxy. boto3's
+own clients are what the tests check the fake with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from ._client import ProviderAdapter, Reply
+from ._names import ModelSpec, parse_model
+from ._pricing import Price, price_of
+from ._retry import Outcome, Retrier, classify_status, retry_after_from
+from ._sigv4 import AwsSigner, SignedHttp, aws_signer
+from ._types import Message, ModelResponse, ToolSpec
+from ._wire import brief
+
+__all__ = ["ConverseAdapter", "aws_client", "bedrock_price", "runtime_url"]
+
+_REGION_PREFIX = re.compile(r"^(?:us|eu|apac|us-gov|ca|jp|au|global)\.")
+_VERSION = re.compile(r"-v\d+(?::\d+)?$")
+# Converse's words for a request over the model's context or size limits (a 400
+# ValidationException): answered like a 413, by a smaller rewrite of the request.
+_TOO_LONG = ("too long", "too large", "exceeds the maximum", "prompt is too long")
+
+
+def runtime_url(region: str) -> str:
+    """The Bedrock runtime endpoint of `region`."""
+    return f"https://bedrock-runtime.{region}.amazonaws.com"
+
+
+def bedrock_price(model_id: str) -> Price | None:
+    """The price of a Bedrock model id (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`):
+    the vendor's model behind the region prefix, vendor and version."""
+    name = _REGION_PREFIX.sub("", model_id.rsplit("/", 1)[-1])
+    name = _VERSION.sub("", name.split(".", 1)[-1])
+    return price_of(name)
+
+
+class ConverseAdapter(ProviderAdapter):
+    """Bedrock runtime `Converse`, SigV4-signed."""
+
+    api = "converse"
+
+    def __init__(
+        self,
+        model: str,
+        spec: ModelSpec,
+        *,
+        signer: AwsSigner,
+        timeout: float,
+        headers: dict[str, str],
+        cache_prompt: bool = True,
+        **common: Any,
+    ) -> None:
+        super().__init__(model, spec, **common)
+        self._price = bedrock_price(spec.model)
+        self.cache_prompt = cache_prompt and _caches(spec.model)
+        base = spec.base_url or runtime_url(signer.region)
+        self.url = f"{base}/model/{quote(spec.model, safe='')}/converse"
+        self._http = SignedHttp(signer, timeout=timeout, headers=headers)
+
+    def body(
+        self,
+        messages: list[Message],
+        tools: Sequence[ToolSpec],
+        session_key: str | None,
+        params: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The Converse request body (see `converse_body`)."""
+        from ._bedrock_converse import converse_body
+
+        return converse_body(messages, tools, params, cache=self.cache_prompt)
+
+    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        """One signed `POST /model/{modelId}/converse`."""
+        return await self._http.request("POST", self.url, orjson.dumps(body), headers)
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    def _classify(self, reply: Reply, require_tool_call: bool) -> Outcome:
+        from ._bedrock_converse import converse_check
+
+        if not 200 <= reply.status < 300:
+            cause = _cause(reply)
+            return Outcome(cause, reply.status, _aws_error(reply), retry_after_from(reply.headers))
+        try:
+            reply.json = orjson.loads(reply.content)
+        except orjson.JSONDecodeError:
+            return Outcome("malformed", reply.status, "response is not JSON")
+        problem = converse_check(reply.json, require_tool_call=require_tool_call)
+        return Outcome("malformed" if problem else "ok", reply.status, problem)
+
+    def _response(self, body: Any, retrier: Retrier, latency: float) -> ModelResponse:
+        from ._bedrock_converse import converse_parse, converse_usage
+
+        message, content, calls, finish = converse_parse(body)
+        usage = converse_usage(body)
+        return ModelResponse(
+            message=message,
+            content=content,
+            tool_calls=calls,
+            usage=usage,
+            cost=None if self._price is None else self._price.cost(usage),
+            model=self.model,
+            finish_reason=finish,
+            attempts=retrier.attempts,
+            latency=latency,
+            raw=body,
+        )
+
+
+def _caches(model_id: str) -> bool:
+    """Whether the model takes Converse `cachePoint` blocks (Claude and Nova)."""
+    return "anthropic.claude" in model_id or "amazon.nova" in model_id
+
+
+def _error_type(reply: Reply) -> str:
+    kind = reply.headers.get("x-amzn-errortype") or ""
+    return kind.partition(":")[0]
+
+
+def _cause(reply: Reply) -> str:
+    """The retry cause of an AWS error: throttling and model-not-ready wait, a
+    validation error over the model's limits is oversize, the rest by status."""
+    kind = _error_type(reply)
+    if kind in ("ThrottlingException", "ModelNotReadyException", "ServiceQuotaExceededException"):
+        return "throttled"
+    if kind == "ModelTimeoutException":
+        return "transport"
+    text = reply.content.decode(errors="replace").lower()
+    if reply.status == 400 and any(words in text for words in _TOO_LONG):
+        return "oversize"
+    return classify_status(reply.status, reply.content)
+
+
+def _aws_error(reply: Reply) -> str:
+    try:
+        body = orjson.loads(reply.content)
+    except orjson.JSONDecodeError:
+        body = None
+    message = body.get("message") or body.get("Message") if isinstance(body, dict) else None
+    kind = _error_type(reply)
+    detail = message or reply.content.decode(errors="replace")
+    return f"HTTP {reply.status}: {kind + ': ' if kind else ''}{brief(detail)}"
+
+
+def aws_client(
+    spec: str,
+    *,
+    retry: Any = None,
+    clock: Any = None,
+    rng: Any = None,
+    timeout: float = 600.0,
+    headers: Mapping[str, str] | None = None,
+    context: Any = None,
+    cache_prompt: bool = True,
+    params: Mapping[str, Any] | None = None,
+    max_request_bytes: int | None = None,
+    signer: AwsSigner | None = None,
+    aws_profile: str | None = None,
+    aws_region: str | None = None,
+    aws_service: str = "bedrock",
+) -> ProviderAdapter:
+    """A `ModelClient` for a SigV4 model string (`bedrock/...`, `mantle/...@url`),
+    with `model_client`'s arguments plus where the AWS credentials come from.
+
+    Args:
+        signer: a ready signer; default one from `aws_profile` (else the standard
+            chain), `aws_region` (else the profile's or the environment's) and
+            `aws_service`, the signing name (`bedrock`; a signed endpoint may use
+            another).
+
+    Raises:
+        ValueError: not a SigV4 model string, or `max_request_bytes` not positive.
+        ModelError: no AWS credentials or region.
+        ImportError: botocore is not installed (names the extra).
+    """
+    parsed = parse_model(spec)
+    if parsed.auth != "sigv4":
+        raise ValueError(f"{spec!r} is not a SigV4 model string (bedrock/... or mantle/...@url)")
+    if max_request_bytes is not None and max_request_bytes <= 0:
+        raise ValueError(f"max_request_bytes must be > 0, not {max_request_bytes!r}")
+    if signer is None:
+        signer = aws_signer(aws_service, region=aws_region, profile=aws_profile)
+    common: dict[str, Any] = {
+        "max_request_bytes": max_request_bytes,
+        "retry": retry,
+        "clock": clock,
+        "rng": rng,
+        "context": context,
+        "params": dict(params or {}),
+        "signer": signer,
+        "timeout": timeout,
+        "headers": dict(headers or {}),
+    }
+    if parsed.api == "converse":
+        return ConverseAdapter(spec, parsed, cache_prompt=cache_prompt, **common)
+    from ._mantle import SignedChatAdapter
+
+    return SignedChatAdapter(spec, parsed, **common)

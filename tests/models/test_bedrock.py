@@ -1,0 +1,248 @@
+"""Bedrock Converse through `aws_client`, against the SigV4-checking fake."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from _support.aws import isolated_aws
+from proctor._errors import ModelError, ModelRequestError
+from proctor.models import ImagePart, RetryPolicy, ToolSpec, aws_client, parse_model
+from proctor.models._bedrock import bedrock_price
+from proctor.testing import FakeBedrockServer, FakeClock, Fault, Reply
+
+MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+SHELL = ToolSpec(
+    "shell", "Run a command.", {"type": "object", "properties": {"command": {"type": "string"}}}
+)
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[FakeBedrockServer], None]:
+    return isolated_aws(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeBedrockServer]:
+    async with FakeBedrockServer(
+        [], models=(MODEL,), text_only=("meta.llama3-8b-instruct-v1:0",)
+    ) as server:
+        yield server
+
+
+def _script(fake: FakeBedrockServer, *replies: Reply | str) -> None:
+    fake._policy = FakeBedrockServer(list(replies))._policy  # a fresh script per test
+
+
+async def test_text_turn_is_signed_and_priced(
+    fake: FakeBedrockServer, aws_env: Callable[[FakeBedrockServer], None]
+) -> None:
+    aws_env(fake)
+    _script(fake, Reply("hello there", input_tokens=1000, output_tokens=10))
+    async with aws_client(fake.model_string()) as client:
+        response = await client.complete(
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+            max_tokens=64,
+            temperature=0.2,
+        )
+    assert response.content == "hello there"
+    assert response.finish_reason == "stop"
+    assert response.usage.input_tokens == 1000 and response.usage.output_tokens == 10
+    assert response.cost == pytest.approx((1000 * 3.0 + 10 * 15.0) / 1e6)
+    (request,) = fake.requests
+    assert request.path == f"/model/{MODEL.replace(':', '%3A')}/converse"
+    assert request.json["system"][0] == {"text": "Be brief."}
+    assert request.json["inferenceConfig"] == {"maxTokens": 64, "temperature": 0.2}
+    assert (request.headers.get("authorization") or "").startswith(
+        "AWS4-HMAC-SHA256 Credential=AKIA"
+    )
+    assert "/us-east-1/bedrock/aws4_request" in (request.headers.get("authorization") or "")
+    assert fake.environ()["AWS_SECRET_ACCESS_KEY"] not in str(list(request.headers.items()))
+    assert not fake.refused
+
+
+async def test_forced_tool_then_tool_result_with_image(
+    fake: FakeBedrockServer,
+    aws_env: Callable[[FakeBedrockServer], None],
+    frame: Callable[..., ImagePart],
+) -> None:
+    aws_env(fake)
+    _script(fake, Reply.tool("shell", command="ls"), "I see the screen.")
+    history: list[dict] = [{"role": "user", "content": "list files"}]
+    async with aws_client(fake.model_string()) as client:
+        first = await client.complete(
+            history,
+            tools=[SHELL],
+            require_tool_call=True,
+            tool_choice={"type": "function", "function": {"name": "shell"}},
+        )
+        (call,) = first.tool_calls
+        assert (call.name, call.arguments) == ("shell", {"command": "ls"})
+        assert first.finish_reason == "tool_calls"
+        history += [
+            first.message,
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "content": [{"type": "text", "text": "a.txt"}, frame(256).to_dict()],
+            },
+        ]
+        second = await client.complete(history, tools=[SHELL])
+    assert second.content == "I see the screen."
+    body = fake.requests[0].json
+    assert body["toolConfig"]["toolChoice"] == {"tool": {"name": "shell"}}
+    assert body["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"] == SHELL.parameters
+    turns = fake.requests[1].json["messages"]
+    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
+    assert turns[1]["content"][0]["toolUse"]["toolUseId"] == call.id
+    result = turns[2]["content"][0]["toolResult"]
+    image = result["content"][1]["image"]
+    assert image["format"] == "png"
+    assert base64.b64decode(image["source"]["bytes"]).startswith(b"\x89PNG")
+
+
+async def test_user_image_and_cache_points(
+    fake: FakeBedrockServer,
+    aws_env: Callable[[FakeBedrockServer], None],
+    frame: Callable[..., ImagePart],
+) -> None:
+    aws_env(fake)
+    _script(fake, Reply("a cat", input_tokens=500, cached_tokens=300, cache_write_tokens=100))
+    async with aws_client(fake.model_string()) as client:
+        response = await client.complete(
+            [
+                {"role": "system", "content": "You see images."},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "what is it?"}, frame(128).to_dict()],
+                },
+            ]
+        )
+    usage = response.usage
+    assert (usage.input_tokens, usage.cached_input_tokens, usage.cache_write_tokens) == (
+        500,
+        300,
+        100,
+    )
+    body = fake.requests[0].json
+    assert body["system"][-1] == {"cachePoint": {"type": "default"}}
+    user = body["messages"][0]["content"]
+    assert user[1]["image"]["format"] == "png" and user[-1] == {"cachePoint": {"type": "default"}}
+
+
+async def test_wrong_secret_is_refused_like_aws(
+    fake: FakeBedrockServer,
+    aws_env: Callable[[FakeBedrockServer], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    aws_env(fake)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    async with aws_client(
+        fake.model_string(), retry=RetryPolicy(jitter=0.0), clock=FakeClock()
+    ) as client:
+        with pytest.raises(ModelRequestError, match="403: InvalidSignatureException"):
+            await client.complete([{"role": "user", "content": "hi"}])
+    assert [e.kind for e in fake.refused] == ["InvalidSignatureException"]
+    assert not fake.requests
+
+
+async def test_unknown_key_and_other_region_are_refused(
+    fake: FakeBedrockServer,
+    aws_env: Callable[[FakeBedrockServer], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    aws_env(fake)
+    async with aws_client(fake.model_string(), aws_region="eu-west-1") as client:
+        with pytest.raises(ModelRequestError, match="InvalidSignatureException"):
+            await client.complete([{"role": "user", "content": "hi"}])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWN000000000")
+    async with aws_client(fake.model_string()) as client:
+        with pytest.raises(ModelRequestError, match="UnrecognizedClientException"):
+            await client.complete([{"role": "user", "content": "hi"}])
+
+
+async def test_throttling_and_unavailable_are_retried(
+    fake: FakeBedrockServer, aws_env: Callable[[FakeBedrockServer], None]
+) -> None:
+    aws_env(fake)
+    _script(fake, "ok")
+    fake.inject(
+        Fault.status(429, message="Too many requests"),
+        Fault.status(503),
+        Fault.missing_tool_calls(),
+    )
+    clock = FakeClock()
+    async with aws_client(
+        fake.model_string(), retry=RetryPolicy(jitter=0.0), clock=clock
+    ) as client:
+        response = await client.complete([{"role": "user", "content": "hi"}], tools=[SHELL])
+    assert response.content == "ok"
+    assert [a.cause for a in response.attempts] == ["throttled", "server", "malformed", "ok"]
+    assert "ThrottlingException" in (response.attempts[0].error or "")
+
+
+async def test_validation_error_is_refused_once(
+    fake: FakeBedrockServer, aws_env: Callable[[FakeBedrockServer], None]
+) -> None:
+    aws_env(fake)
+    async with aws_client(fake.model_string("anthropic.claude-nonexistent-v1:0")) as client:
+        with pytest.raises(
+            ModelRequestError, match="ValidationException: The provided model identifier"
+        ):
+            await client.complete([{"role": "user", "content": "hi"}])
+
+
+async def test_credentials_from_a_profile(
+    fake: FakeBedrockServer,
+    aws_env: Callable[[FakeBedrockServer], None],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    env = fake.environ()
+    (tmp_path / "credentials").write_text(
+        f"[work]\naws_access_key_id = {env['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {env['AWS_SECRET_ACCESS_KEY']}\n"
+    )
+    (tmp_path / "config").write_text("[profile work]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    _script(fake, "from the profile")
+    async with aws_client(fake.model_string(), aws_profile="work") as client:
+        assert (
+            await client.complete([{"role": "user", "content": "hi"}])
+        ).content == "from the profile"
+    with pytest.raises(ModelError, match="AWS profile not found"):
+        aws_client(fake.model_string(), aws_profile="missing")
+
+
+def test_no_credentials_is_one_clear_error(
+    aws_env: Callable[[FakeBedrockServer], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with pytest.raises(ModelError, match="no AWS credentials found"):
+        aws_client(f"bedrock/{MODEL}")
+
+
+def test_model_strings() -> None:
+    spec = parse_model(f"bedrock/{MODEL}")
+    assert (spec.api, spec.auth, spec.model, spec.base_url) == ("converse", "sigv4", MODEL, "")
+    assert spec.auth_headers("x") == {}
+    mantle = parse_model("mantle/openai.gpt-oss-120b@https://bedrock-mantle.us-east-1.api.aws/v1")
+    assert (mantle.api, mantle.auth) == ("chat", "sigv4")
+    with pytest.raises(ValueError, match="needs its SigV4-signed endpoint"):
+        parse_model("mantle/openai.gpt-oss-120b")
+    with pytest.raises(ValueError, match="converse API is bedrock"):
+        parse_model("openai/gpt-4.1?api=converse")
+    with pytest.raises(ValueError, match="not a SigV4 model string"):
+        aws_client("openai/gpt-4.1")
+
+
+def test_bedrock_ids_are_priced_as_their_vendor_models() -> None:
+    assert bedrock_price("us.anthropic.claude-sonnet-4-5-20250929-v1:0") == bedrock_price(MODEL)
+    assert bedrock_price(MODEL) is not None
+    assert bedrock_price("amazon.titan-text-express-v1") is None
