@@ -13,7 +13,7 @@ from typing import Any, cast
 import anthropic
 import orjson
 
-from ._client import ProviderAdapter, Reply, call_sdk
+from ._client import ProviderAdapter, Reply, call_sdk, thinking_within
 from ._content import image_data, is_image
 from ._names import ModelSpec
 from ._types import Message, ToolSpec
@@ -23,6 +23,9 @@ __all__ = ["MessagesAdapter", "anthropic_messages"]
 
 DEFAULT_MAX_TOKENS = 8192
 """Anthropic requires `max_tokens`; this is sent when the caller gives none."""
+
+MIN_THINKING = 1024
+"""The smallest `thinking.budget_tokens` the Messages API takes."""
 
 _BREAKPOINT = {"type": "ephemeral"}
 
@@ -72,6 +75,7 @@ class MessagesAdapter(ProviderAdapter):
             or DEFAULT_MAX_TOKENS,
             "messages": turns,
         }
+        thinking_within(params, body["max_tokens"], MIN_THINKING)
         if system:
             body["system"] = system
         if tools:

@@ -22,10 +22,20 @@ from ._retry import HeaderLookup, Outcome, Retrier, RetryPolicy, classify_status
 from ._types import Message, ModelResponse, ToolSpec
 from ._wire import brief, check_response, parse_response, usage_from
 
-__all__ = ["REQUEST_CEILINGS", "ProviderAdapter", "Reply", "Request", "call_sdk", "model_client"]
+__all__ = [
+    "REQUEST_CEILINGS",
+    "ProviderAdapter",
+    "Reply",
+    "Request",
+    "call_sdk",
+    "model_client",
+    "thinking_within",
+]
 
 KEYLESS = "EMPTY"
 """The API key sent to servers that need none (the OpenAI SDK insists on one)."""
+
+_OPENROUTER = ("openrouter", "openrouter-responses")
 
 _COMPACT_413 = ContextPolicy()
 """How a 413 is answered when the client has no context policy: halve the history."""
@@ -221,6 +231,29 @@ class ProviderAdapter(ABC):
         )
 
 
+def thinking_within(params: dict[str, Any], ceiling: int | None, minimum: int = 0) -> None:
+    """Keep a `thinking: {"budget_tokens": N}` parameter under the output ceiling.
+
+    The budget counts toward `max_tokens`, and providers refuse a budget that is not
+    below it: a larger one is cut to `ceiling - 1` (in a fresh dict).
+
+    Raises:
+        ValueError: the ceiling leaves less than `minimum` tokens to think.
+    """
+    thinking = params.get("thinking")
+    if not isinstance(thinking, dict):
+        return
+    budget = thinking.get("budget_tokens")
+    if ceiling is None or not isinstance(budget, int) or budget < ceiling:
+        return
+    if ceiling - 1 < minimum:
+        raise ValueError(
+            f"thinking.budget_tokens {budget} does not fit under max_tokens {ceiling}: "
+            f"raise max_tokens above {minimum}"
+        )
+    params["thinking"] = {**thinking, "budget_tokens": ceiling - 1}
+
+
 def _error_text(reply: Reply) -> str:
     """The provider's error message, briefly, else the start of the body."""
     try:
@@ -315,8 +348,11 @@ def model_client(
 
             return MessagesAdapter(spec, parsed, cache_prompt=cache_prompt, **sdk, **common)
         from ._openai import ChatAdapter, ResponsesAdapter
+        from ._openrouter import OpenRouterResponsesAdapter
     except ImportError as exc:
         raise ImportError(f"{extra} is not installed: pip install 'proctor[{extra}]'") from exc
+    if parsed.api == "responses" and parsed.provider in _OPENROUTER:
+        return OpenRouterResponsesAdapter(spec, parsed, cache_prompt=cache_prompt, **sdk, **common)
     cls = ResponsesAdapter if parsed.api == "responses" else ChatAdapter
     return cls(spec, parsed, **sdk, **common)
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 import openai
 import orjson
 
-from ._client import ProviderAdapter, Reply, call_sdk
+from ._client import ProviderAdapter, Reply, call_sdk, thinking_within
 from ._content import data_url, is_image
 from ._names import ModelSpec
 from ._types import Message, ToolSpec
@@ -28,6 +28,12 @@ __all__ = ["ChatAdapter", "ResponsesAdapter"]
 
 _OPENAI = ("openai", "openai-responses")
 """Providers that take `prompt_cache_key`; others get the key as `X-Session-Id`."""
+
+_AFFINITY = ("x-session-affinity", "x-multi-turn-session-id")
+"""Fireworks' routing headers: the rollout's turns go to one replica (its KV cache)."""
+
+_OWN_REASONING = ("openai", "openai-responses")
+"""Providers that refuse `reasoning_content` on an input message."""
 
 
 class _OpenAIAdapter(ProviderAdapter):
@@ -54,6 +60,8 @@ class _OpenAIAdapter(ProviderAdapter):
         """Compatible servers get the session key as a header (routing affinity)."""
         if session_key is None or self.spec.provider in _OPENAI:
             return {}
+        if self.spec.provider == "fireworks":
+            return dict.fromkeys(_AFFINITY, session_key)
         return {"X-Session-Id": session_key}
 
     def _session_params(self, session_key: str | None, params: dict[str, Any]) -> None:
@@ -80,9 +88,14 @@ class ChatAdapter(_OpenAIAdapter):
         """`POST /chat/completions` body."""
         _no_stream(params)
         self._session_params(session_key, params)
+        if self.spec.provider == "fireworks" and "/routers/" in self.spec.model:
+            params.pop("service_tier", None)  # a router id refuses one
+        ceiling = params.get("max_completion_tokens") or params.get("max_tokens")
+        thinking_within(params, ceiling if isinstance(ceiling, int) else None)
+        keep = self.spec.provider not in _OWN_REASONING
         body: dict[str, Any] = {
             "model": self.spec.model,
-            "messages": chat_messages(messages),
+            "messages": chat_messages(messages, reasoning=keep),
         }
         if tools:
             body["tools"] = [
@@ -112,8 +125,13 @@ class ChatAdapter(_OpenAIAdapter):
         )
 
 
-def chat_messages(messages: list[Message]) -> list[Message]:
-    """The history as Chat Completions messages, images encoded (fresh dicts)."""
+def chat_messages(messages: list[Message], *, reasoning: bool = True) -> list[Message]:
+    """The history as Chat Completions messages, images encoded (fresh dicts).
+
+    An assistant message's `reasoning_content` goes back with its tool calls (reasoning
+    models on Fireworks, DeepSeek, vLLM continue from it) unless `reasoning` is False.
+    """
+    drop = ("thinking_blocks",) if reasoning else ("thinking_blocks", "reasoning_content")
     out: list[Message] = []
     pending: list[dict[str, Any]] = []  # tool results' images, for the user message after
     for m in messages:
@@ -121,7 +139,7 @@ def chat_messages(messages: list[Message]) -> list[Message]:
             out.append({"role": "user", "content": pending})
             pending = []
         # Anthropic thinking blocks ride along in chat-shaped history; OpenAI refuses them.
-        message = {k: v for k, v in m.items() if k != "thinking_blocks"}
+        message = {k: v for k, v in m.items() if k not in drop}
         content = m.get("content")
         if isinstance(content, list) and any(is_image(p) for p in content):
             if m.get("role") == "tool":
@@ -174,7 +192,7 @@ class ResponsesAdapter(_OpenAIAdapter):
         self._session_params(session_key, params)
         if "max_tokens" in params:
             params.setdefault("max_output_tokens", params.pop("max_tokens"))
-        body: dict[str, Any] = {"model": self.spec.model, "input": responses_input(messages)}
+        body: dict[str, Any] = {"model": self.spec.model, "input": self.input_items(messages)}
         if tools:
             body["tools"] = [
                 dict(t.native)
@@ -189,6 +207,10 @@ class ResponsesAdapter(_OpenAIAdapter):
                 for t in tools
             ]
         return {**body, **params}
+
+    def input_items(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """The history as the `input` list (see `responses_input`)."""
+        return responses_input(messages)
 
     async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
         """One `responses.create` through the SDK."""

@@ -1,12 +1,12 @@
 """The retry contract, as one pure state machine shared by the adapters and the proxy.
 
 Each attempt's outcome has a cause. `throttled` (429, provider throttling) and `server`
-(5xx) are retried without limit, with exponential backoff and jitter capped at
-`max_delay`, waiting longer when the provider's retry-after says so. `transport`
-(408, 409, connect and read errors) and `malformed` (an unusable answer) each give up
-after their own streak of consecutive failures; a real response ends the transport
-streak and a valid answer the malformed one, and neither counts toward the other.
-`oversize` (413, or a 400 whose error type or code is `request_too_large`) is retried
+(5xx, and Fireworks' 425) are retried without limit, with exponential backoff and
+jitter capped at `max_delay`, waiting longer when the provider's retry-after says so.
+`transport` (408, 409, connect and read errors) and `malformed` (an unusable answer)
+each give up after their own streak of consecutive failures; a real response ends the
+transport streak and a valid answer the malformed one, and neither counts toward the
+other. `oversize` (413, or a 400 saying the request or prompt is too large) is retried
 only with a strictly smaller payload, never with the same bytes. `refused` (other 4xx)
 gives up at once.
 """
@@ -107,6 +107,16 @@ class Outcome(NamedTuple):
 _THROTTLE = ("rate_limit", "overloaded", "throttl", "too_many_requests")
 _QUOTA = ("insufficient_quota", "billing")
 _TOO_LARGE = "request_too_large"
+_TOO_LONG = (
+    "body too long",
+    "body too large",
+    "prompt is too long",
+    "context_length_exceeded",
+    "maximum context length",
+)
+"""Phrases of a 400 that refuses the request for its size, in any provider's words
+(Fireworks' "body too long", Anthropic's "prompt is too long", OpenAI's
+`context_length_exceeded`): compaction can answer it, as a 413."""
 
 
 def classify_status(status: int, body: Any = None) -> str:
@@ -117,7 +127,10 @@ def classify_status(status: int, body: Any = None) -> str:
     `overloaded_error`) is `throttled` whatever the status; a 429 for an exhausted
     quota or billing is `refused`, since waiting cannot fix it. A 413, or a 400 naming
     `request_too_large` as its error type or code (Anthropic's type for a body over its
-    limit), is `oversize`. `body` is the raw bytes or the decoded JSON.
+    limit) or saying the body or prompt is too long, is `oversize`. Fireworks' 425 (too
+    early: the deployment is not ready) is `server`, retried like a 5xx; so is every 5xx,
+    whatever advisory header (`x-should-retry: false`) came with it: an unconsumed
+    turn cannot duplicate an action. `body` is the raw bytes or the decoded JSON.
     """
     if 200 <= status < 300:
         return "ok"
@@ -128,11 +141,30 @@ def classify_status(status: int, body: Any = None) -> str:
         return "throttled"
     if status in (408, 409):
         return "transport"
-    if status == 413 or (status == 400 and _TOO_LARGE in kind):
+    if status == 413 or (status == 400 and _too_large(kind, body)):
         return "oversize"
-    if status >= 500:
+    if status >= 500 or status == 425:
         return "server"
     return "refused"
+
+
+def _too_large(kind: str, body: Any) -> bool:
+    if _TOO_LARGE in kind:
+        return True
+    text = _error_message(body).lower()
+    return any(phrase in kind or phrase in text for phrase in _TOO_LONG)
+
+
+def _error_message(body: Any) -> str:
+    """The `error.message` of a provider's error body, else the body's text."""
+    if isinstance(body, bytes | str):
+        try:
+            body = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body.decode(errors="replace") if isinstance(body, bytes) else body
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return message if isinstance(message, str) else ""
 
 
 def _error_kind(body: Any) -> str:

@@ -206,9 +206,11 @@ def _parse_chat(body: dict[str, Any]) -> Parsed:
         fn = _dict(_dict(raw).get("function"))
         calls.append(_tool_call(_dict(raw).get("id"), fn.get("name"), fn.get("arguments", "")))
     finish = choice.get("finish_reason")
-    return Parsed(
-        _message(content, calls), content, calls, finish if isinstance(finish, str) else None
-    )
+    message = _message(content, calls)
+    if isinstance(msg.get("reasoning_content"), str) and msg["reasoning_content"]:
+        # A reasoning model continues from it: it goes back with its tool calls.
+        message["reasoning_content"] = msg["reasoning_content"]
+    return Parsed(message, content, calls, finish if isinstance(finish, str) else None)
 
 
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}

@@ -297,6 +297,10 @@ def _invalid(api: Api, body: Any) -> str | None:
     for field in required:
         if field not in body:
             return f"Missing required parameter: '{field}'."
+    thinking = body.get("thinking")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    if api == "messages" and isinstance(budget, int) and budget >= body["max_tokens"]:
+        return "`max_tokens` must be greater than `thinking.budget_tokens`."
     return None
 
 

@@ -46,6 +46,8 @@ def chat_body(turn: Turn) -> bytes:
     }
     if turn.calls:
         message["tool_calls"] = [_chat_call(call) for call in turn.calls]
+    if turn.reasoning is not None:
+        message["reasoning_content"] = turn.reasoning
     choice: dict[str, Any] = {
         "index": 0,
         "message": message,

@@ -45,6 +45,8 @@ class Reply:
         delay: seconds before the response starts.
         chunk_delay: seconds between streamed events.
         model: the model name answered; None echoes the request's.
+        reasoning: a reasoning model's thoughts, as Chat Completions'
+            `reasoning_content` (Fireworks, DeepSeek, vLLM); other APIs leave it out.
     """
 
     text: str | None = None
@@ -59,6 +61,7 @@ class Reply:
     delay: float = 0.0
     chunk_delay: float = 0.0
     model: str | None = None
+    reasoning: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))

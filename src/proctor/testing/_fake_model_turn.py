@@ -85,6 +85,7 @@ class Turn:
     top_logprobs: int | None = None
     as_token_ids: bool = False
     prompt_ids: list[int] | None = None  # set when the request asks for token ids
+    reasoning: str | None = None
 
     def logprobs(self, tokens: list[str], *, with_bytes: bool = True) -> list[dict[str, Any]]:
         """Logprob entries for `tokens` (vLLM's `token_id:N` form when asked)."""
@@ -144,6 +145,7 @@ def make_turn(request: FakeRequest, reply: Reply, serial: str) -> Turn:
         reasoning_tokens=reply.reasoning_tokens,
         chunks=reply.chunks,
         chunk_delay=reply.chunk_delay,
+        reasoning=reply.reasoning,
     )
     _apply_options(turn, request, body)
     if turn.prompt_ids is not None and reply.input_tokens is None:
