@@ -9,11 +9,19 @@ never retries. The environment only ever sees the session's secret.
 ```python
 env.reward(weight=1.0)(graders.judge("gpt-4.1-mini", "Full marks for a correct proof."))
 ```
+
+A vision judge is the same reward with images: `image=` the final frame of a desktop or
+browser capability (its name) or a rendered artifact (a function of the run), and
+`reference=` the image to compare it with. They go into the user message as image
+parts, after the text.
 """
 
 from __future__ import annotations
 
+import base64
+import inspect
 import json
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,14 +29,32 @@ from typing import Any
 import orjson
 
 from .._errors import HttpError, ModelError, ModelRequestError
+from ._computer_actions import FrameOptions
 
-__all__ = ["Judge", "judge_reward", "last_number"]
+__all__ = ["Judge", "image_part", "judge_reward", "last_number"]
 
 _SYSTEM = (
     "You grade an answer to a task against a rubric. Reason briefly, then end your reply"
     " with a line `score: N`, where N is a number from {low:g} to {high:g} ({high:g} is best)."
 )
 _USER = "## Task\n{prompt}\n\n## Rubric\n{rubric}\n\n## Answer\n{answer}"
+_REFERENCE = "## Reference image\nWhat the result should look like."
+_RESULT = "## Result image\nWhat the agent left: grade this one."
+
+MAX_IMAGE = 20 * 1024 * 1024
+"""Bytes one judged image may have (providers refuse larger ones)."""
+
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+Image = Any
+"""An image the judge sees: its bytes (PNG, JPEG, GIF or WebP), a file path, a `Frame`
+(`DesktopClient`), an `ImagePart` or its dict (`{"type": "image", "media_type",
+"path" | "data"}`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +157,9 @@ def last_number(reply: str) -> float:
     Raises:
         ValueError: the reply has no number.
     """
-    from ._graders import _last_number
+    from ._numbers import last_number as number_in
 
-    value = _last_number(reply)
+    value = number_in(reply)
     if value is None:
         raise ValueError(f"the judge's reply has no score: {reply[-200:]!r}")
     return value
@@ -147,10 +173,12 @@ def judge_reward(
     parse: Callable[[str], float] = last_number,
     max_tokens: int = 1024,
     name: str = "judge",
+    image: str | Callable[[Any], Any] | None = None,
+    reference: Image | Callable[[Any], Any] | None = None,
 ) -> Callable[..., Awaitable[float]]:
     """A reward that asks a model to grade the answer against a rubric (`graders.judge`).
 
-    The returned async function takes `(prompt, answer, task, judge)`, injected by
+    The returned async function takes `(prompt, answer, task, judge, run)`, injected by
     name; register it with `env.reward(weight=...)(graders.judge(...))`. Its tasks
     then ask the driver for a judge endpoint, whose calls the run's cost includes.
 
@@ -163,36 +191,128 @@ def judge_reward(
         parse: reads the score from the reply (default: its last number).
         max_tokens: cap on the reply.
         name: the function's `__name__`, which names the subscore.
+        image: the result to grade as an image: a desktop or browser capability's name
+            (its screen when grading begins: the final frame), or a function of the
+            run (`GradeContext`, sync or async) returning an `Image`, e.g. an artifact
+            the task rendered.
+        reference: the image to compare it with: an `Image`, or a function of the task
+            returning one (sync or async).
 
     Returns:
         The reward function: the score mapped from `scale` onto `[0, 1]`.
 
     Raises (when the reward runs):
-        RuntimeError: the driver sent no judge endpoint (it was given no judge proxy).
-        ValueError: the reply has no score, or one outside `scale`.
+        RuntimeError: the driver sent no judge endpoint (it was given no judge proxy),
+            or `image` names a capability the run does not have.
+        ValueError: the reply has no score, or one outside `scale`; an image that is
+            not a PNG, JPEG, GIF or WebP, or over `MAX_IMAGE` bytes.
         ModelError: the judge call failed.
     """
     low, high = scale
     if not high > low:
         raise ValueError(f"scale must go from low to high, got {scale!r}")
+    if image is not None and not (isinstance(image, str) or callable(image)):
+        raise TypeError(f"image is a capability name or a function of the run, not {image!r}")
 
-    async def reward(prompt: object, answer: object, task: object, judge: Judge | None) -> float:
+    async def reward(
+        prompt: object, answer: object, task: object, judge: Judge | None, run: Any = None
+    ) -> float:
         if judge is None:
             raise RuntimeError(
                 f"{name}: no judge endpoint for this grading (the driver was given no judge proxy)"
             )
         text = rubric(task) if callable(rubric) else rubric
-        messages = [
+        user = _USER.format(prompt=_as_text(prompt), rubric=text, answer=_as_text(answer))
+        content: str | list[dict[str, Any]] = user
+        if image is not None or reference is not None:
+            content = [{"type": "text", "text": user}]
+            if reference is not None:
+                ref = await _called(reference, task) if callable(reference) else reference
+                content += [{"type": "text", "text": _REFERENCE}, image_part(ref, "reference")]
+            if image is not None:
+                shown = await _result(image, run, name)
+                content += [{"type": "text", "text": _RESULT}, image_part(shown, "image")]
+        messages: list[dict[str, Any]] = [
             {"role": "system", "content": _SYSTEM.format(low=low, high=high)},
-            {"role": "user", "content": _USER.format(
-                prompt=_as_text(prompt), rubric=text, answer=_as_text(answer)
-            )},
-        ]  # fmt: skip
+            {"role": "user", "content": content},
+        ]
         reply = await judge.complete(messages, model=model, max_tokens=max_tokens)
         return _scaled(parse(reply), low, high)
 
     reward.__name__ = reward.__qualname__ = name
     return reward
+
+
+async def _called(fn: Callable[[Any], Any], arg: Any) -> Any:
+    value = fn(arg)
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _result(image: str | Callable[[Any], Any], run: Any, name: str) -> Image:
+    """The image to grade: a capability's current frame (PNG), or what `image(run)` gave."""
+    if callable(image):
+        return await _called(image, run)
+    servers = getattr(run, "capabilities", None) or {}
+    server: Any = servers.get(image)
+    if not callable(getattr(server, "frame", None)):
+        raise RuntimeError(f"{name}: image={image!r} names no desktop or browser of this run")
+    data, _, _ = await server.frame(FrameOptions())
+    return data
+
+
+def image_part(value: Image, what: str = "image") -> dict[str, Any]:
+    """`value` as a Chat Completions image part (a base64 `data:` URL).
+
+    Raises:
+        ValueError: not an image this judge can send (`what` names it in the message).
+    """
+    media, data = _image_bytes(value, what)
+    if len(data) > MAX_IMAGE:
+        raise ValueError(f"{what}: {len(data):,} bytes, over the judge's {MAX_IMAGE:,}")
+    sniffed = _sniff(data)
+    if sniffed is None or (media is not None and media != sniffed):
+        raise ValueError(f"{what}: not a PNG, JPEG, GIF or WebP image ({media or 'bytes'})")
+    url = f"data:{sniffed};base64,{base64.b64encode(data).decode()}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _image_bytes(value: Image, what: str) -> tuple[str | None, bytes]:
+    """(the stated media type or None, the bytes) of any `Image`."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return None, bytes(value)
+    if isinstance(value, str | os.PathLike):
+        return None, _read(os.fspath(value), what)
+    if isinstance(value, Mapping):
+        media, path, data = value.get("media_type"), value.get("path"), value.get("data")
+    else:  # a Frame (data, format) or an ImagePart (media_type, path | data)
+        media = getattr(value, "media_type", None)
+        fmt = getattr(value, "format", None)
+        media = media or ({"png": "image/png", "jpeg": "image/jpeg"}.get(fmt) if fmt else None)
+        path, data = getattr(value, "path", None), getattr(value, "data", None)
+    if isinstance(path, str):
+        return media, _read(path, what)
+    if isinstance(data, str):
+        try:
+            return media, base64.b64decode(data, validate=True)
+        except ValueError:
+            raise ValueError(f"{what}: its data is not base64") from None
+    if isinstance(data, bytes):
+        return media, data
+    raise ValueError(f"{what}: {type(value).__name__} is not an image (bytes, a path, a Frame)")
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAX_IMAGE + 1)
+    except OSError as exc:
+        raise ValueError(f"{what}: cannot read {path}: {exc.strerror}") from None
+
+
+def _sniff(data: bytes) -> str | None:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((media for magic, media in _MAGIC if data.startswith(magic)), None)
 
 
 def _as_text(value: object) -> str:
