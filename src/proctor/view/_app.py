@@ -38,7 +38,7 @@ from ._data import (
     signature,
 )
 from ._pages import STATUS_ORDER, render
-from ._rollout_pages import artifact, diff_page, rollout_api, rollout_page
+from ._rollout_pages import artifact, diff_page, live_frame, rollout_api, rollout_page
 from ._svg import cost_line, histogram
 
 __all__ = ["COOKIE", "MAX_STREAMS", "ViewApp"]
@@ -178,6 +178,8 @@ class ViewApp:
                 return Response.json(await asyncio.to_thread(query_rollouts, batch, query))
             case ["r", rid]:
                 return await rollout_api(batch, rid, _params(request))
+            case ["r", rid, "frame"]:
+                return await live_frame(batch, rid)
         return Response.json({"error": "not found"}, 404)
 
     # -- pages ----------------------------------------------------------------------

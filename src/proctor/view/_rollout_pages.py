@@ -21,6 +21,7 @@ from .._errors import StoreError
 from .._http import Response
 from ._data import BatchDir, attempts, index_row, unpriced_model
 from ._files import _Refused, open_inside
+from ._filmstrip import filmstrip, frame_cells, frame_url, newest_frame
 from ._pages import render
 from ._rollout_files import (
     artifact_sizes,
@@ -33,9 +34,9 @@ from ._rollout_files import (
     read_log,
 )
 from ._trace_pages import Cursor, Page
-from ._transcript import shape_rollout, transcript_text
+from ._transcript import proxy_turns, shape_rollout, transcript_text
 
-__all__ = ["artifact", "diff_page", "rollout_api", "rollout_page"]
+__all__ = ["artifact", "diff_page", "live_frame", "rollout_api", "rollout_page"]
 
 _HTML = "text/html; charset=utf-8"
 _WIDTH = 1000.0
@@ -131,8 +132,10 @@ def _rollout_data(
         return None
     folder = ("rollouts", rid) if n is None else ("rollouts", rid, "attempts", str(n))
     refused = detail["refused"]
+    turns = proxy_turns(detail["model_turns"]) if n is None else []
     r = shape_rollout(detail)
     log, cut = read_log(batch.path, folder, refused)
+    status = r["meta"].get("status")
     return {
         "batch": batch.name,
         "rid": rid,
@@ -147,6 +150,39 @@ def _rollout_data(
         "others": [o for o, b in batches.items() if o != batch.name and _known(b, rid)],
         "refused": refused,
         "paging": _paging(detail["page"], n),
+        "filmstrip": filmstrip(frame_cells(batch.path, batch.name, rid, turns)),
+        "live": None if n is not None or status in _ENDED else _live_url(batch.name, rid),
+    }
+
+
+# A rollout in one of these states writes no more frames (the live frame stops).
+_ENDED = ("completed", "failed", "interrupted")
+
+
+def _live_url(batch: str, rid: str) -> str:
+    return f"/api/b/{quote(batch, safe='')}/r/{quote(rid, safe='')}/frame"
+
+
+async def live_frame(batch: BatchDir, rid: str) -> Response:
+    """`/api/b/NAME/r/ID/frame`: the rollout's newest frame (its URL, or null), how many
+    frames it has, its status and whether it has ended (no more frames come)."""
+    found = await asyncio.to_thread(_newest, batch, rid)
+    if found is None:
+        return Response.json({"error": "not found"}, 404)
+    return Response.json(found)
+
+
+def _newest(batch: BatchDir, rid: str) -> dict[str, Any] | None:
+    row = index_row(batch, rid)
+    if row is None:
+        return None
+    name, count = newest_frame(batch.path, rid)
+    status = row.get("status")
+    return {
+        "frame": None if name is None else frame_url(batch.name, rid, name),
+        "frames": count,
+        "status": status,
+        "ended": status in _ENDED,
     }
 
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["as_text", "parts", "shape_rollout", "transcript_text"]
+__all__ = ["as_text", "parts", "proxy_turns", "shape_rollout", "transcript_text"]
 
 _IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
@@ -167,7 +167,7 @@ def _steps(record: dict[str, Any], detail: dict[str, Any]) -> list[dict[str, Any
     return [s for s in steps or () if isinstance(s, dict)]
 
 
-def _proxy_turns(lines: list[Any]) -> list[dict[str, Any]]:
+def proxy_turns(lines: list[Any]) -> list[dict[str, Any]]:
     """`model_turns.jsonl` by turn: a retried turn's later line wins."""
     by_turn: dict[Any, dict[str, Any]] = {}
     for i, line in enumerate(x for x in lines if isinstance(x, dict)):
@@ -183,7 +183,7 @@ def _items(
     A trace's `model_turn` steps are matched in order with `model_turns.jsonl` lines
     (request digest, HTTP status); lines past the trace's turns come after them. Steps
     repeating the prompt, the answer or a turn's own tool call are left out."""
-    proxy = _proxy_turns(detail.get("model_turns") or [])
+    proxy = proxy_turns(detail.get("model_turns") or [])
     items: list[dict[str, Any]] = []
     called: set[Any] = set()
     n = 0

@@ -254,8 +254,41 @@ function rolloutsTable() {
   reset();
 }
 
+// A running rollout's newest frame: its frame API polled each second until the rollout
+// has ended; the image changes only when the frame does.
+function liveFrame() {
+  const figure = document.getElementById("live-frame");
+  if (!figure) return;
+  const img = figure.querySelector("img.live-image");
+  const state = figure.querySelector(".live-state");
+  async function poll() {
+    let data;
+    try {
+      const resp = await fetch(figure.dataset.api, { credentials: "same-origin" });
+      data = await resp.json();
+      if (!resp.ok) throw new Error(data.error || "error");
+    } catch (err) {
+      state.textContent = "unavailable: " + err.message;
+      setTimeout(poll, 2000);
+      return;
+    }
+    if (data.frame && data.frame !== figure.dataset.frame) {
+      figure.dataset.frame = data.frame;
+      img.src = data.frame;
+      img.hidden = false;
+    }
+    figure.dataset.frames = String(data.frames);
+    const count = data.frames === 1 ? "1 frame" : `${data.frames} frames`;
+    state.textContent = `${count} · ${data.status}` + (data.ended ? " (ended)" : "");
+    if (data.ended) figure.dataset.ended = "1";
+    else setTimeout(poll, 1000);
+  }
+  poll();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
   if (page === "batches" || page === "batch") liveBatches();
   if (page === "batch") rolloutsTable();
+  if (page === "rollout") liveFrame();
 });
