@@ -41,7 +41,7 @@ def add_compare_arguments(batch: argparse.ArgumentParser) -> None:
 
 def cmd_batch_compare(args: argparse.Namespace) -> int:
     """Print the paired comparison of two agents (text, or JSON with `--json`); exit 0."""
-    from ..batch._compare import compare, render_comparison
+    from ..batch import compare, render_comparison
     from ._common import print_json
 
     if not args.target:

@@ -109,6 +109,24 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
+def _finish(p: argparse.ArgumentParser, module: str, name: str) -> None:
+    """The connection options, `--json`, and the handler `module.name` of a command."""
+    _add_connect(p)
+    _add_json(p)
+    p.set_defaults(handler=_lazy(module, name))
+
+
+def _add_bind(p: argparse.ArgumentParser, token_help: str) -> None:
+    """`--host`, `--port` and `--token-env` of a command that serves on a port."""
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument("--port", type=_port, default=0, help="port to bind (default: any free)")
+    p.add_argument("--token-env", metavar="VAR", help=token_help)
+
+
+def _add_url(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", metavar="tcp://H:P", required=True, help="a running server")
+
+
 def _add_connect(p: argparse.ArgumentParser, *, token: bool = True) -> None:
     p.add_argument(
         "--ready-timeout",
@@ -174,18 +192,12 @@ def _add_serve(commands: _Commands) -> None:
     )
     serve.add_argument("source", metavar="SOURCE[:ENV]", help="Python file or folder")
     serve.add_argument("--env", metavar="NAME", help="which environment, if SOURCE has several")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    serve.add_argument("--port", type=_port, default=0, help="port to bind (default: any free)")
+    _add_bind(serve, "environment variable holding the shared token (required off loopback)")
     serve.add_argument(
         "--unix",
         metavar="PATH",
         help="listen on a Unix socket at PATH instead of a port (prints "
         "'PROCTOR_SERVE_UNIX=<path>'; clients use unix:///PATH)",
-    )
-    serve.add_argument(
-        "--token-env",
-        metavar="VAR",
-        help="environment variable holding the shared token (required off loopback)",
     )
     serve.add_argument(
         "--park-ttl",
@@ -239,9 +251,7 @@ def _add_task_list(commands: _Commands) -> None:
     where.add_argument("--source", metavar="SOURCE[:ENV]", help="serve SOURCE in this process")
     where.add_argument("--url", metavar="tcp://H:P", help="ask a running server")
     tlist.add_argument("--env", metavar="NAME", help="which environment, if SOURCE has several")
-    _add_connect(tlist)
-    _add_json(tlist)
-    tlist.set_defaults(handler=_lazy("._task", "cmd_list"))
+    _finish(tlist, "._task", "cmd_list")
 
 
 def _add_task_start(commands: _Commands) -> None:
@@ -255,13 +265,11 @@ def _add_task_start(commands: _Commands) -> None:
         "$XDG_RUNTIME_DIR/proctor/sessions or ~/.cache/proctor/sessions), never printed.",
     )
     tstart.add_argument("id", metavar="ID", help="template id (see 'proctor task list')")
-    tstart.add_argument("--url", metavar="tcp://H:P", required=True, help="a running server")
+    _add_url(tstart)
     tstart.add_argument(
         "--args", metavar="JSON", default="{}", help="template arguments as a JSON object"
     )
-    _add_connect(tstart)
-    _add_json(tstart)
-    tstart.set_defaults(handler=_lazy("._task", "cmd_start"))
+    _finish(tstart, "._task", "cmd_start")
 
 
 def _add_task_grade(commands: _Commands) -> None:
@@ -274,7 +282,7 @@ def _add_task_grade(commands: _Commands) -> None:
         "the token 'task start' kept. With none kept (a HUD server), a fresh session "
         "asks the server to adopt its only parked task.",
     )
-    tgrade.add_argument("--url", metavar="tcp://H:P", required=True, help="a running server")
+    _add_url(tgrade)
     answer = tgrade.add_mutually_exclusive_group(required=True)
     answer.add_argument("--answer", metavar="TEXT", help="the answer")
     answer.add_argument(
@@ -287,9 +295,7 @@ def _add_task_grade(commands: _Commands) -> None:
         metavar="ID",
         help="resume this parked session (from 'task start --json'; default: the last started)",
     )
-    _add_connect(tgrade)
-    _add_json(tgrade)
-    tgrade.set_defaults(handler=_lazy("._task", "cmd_grade"))
+    _finish(tgrade, "._task", "cmd_grade")
 
 
 def _add_run(commands: _Commands) -> None:
@@ -313,41 +319,7 @@ def _add_run(commands: _Commands) -> None:
         "--group", type=_positive_int, default=1, metavar="N", help="rollouts per row (default 1)"
     )
     _add_limit(run)
-    run.add_argument(
-        "--max-concurrent",
-        type=_positive_int,
-        metavar="N",
-        help="rollouts at a time (default: all for local and tcp, 2 per CPU for "
-        "the runtimes that start processes)",
-    )
-    run.add_argument(
-        "--runtime",
-        default="local",
-        metavar="local|subprocess|warm|sandbox|sandbox-warm|tcp://H:P|unix:///P",
-        help="where environments run: in this process (default), one fresh child "
-        "process per rollout, one child per rollout forked from a warm pre-loaded "
-        "zygote, the same two inside a bubblewrap sandbox with no network, or a "
-        "server already running",
-    )
-    run.add_argument(
-        "--env",
-        metavar="NAME",
-        help="which environment to serve, if the source has several (default: the one "
-        "every row names)",
-    )
-    run.add_argument(
-        "--env-source",
-        metavar="PATH",
-        help="Python source defining the environment (default: SOURCE; needed for "
-        "JSON tasksets with local or subprocess runtimes)",
-    )
-    run.add_argument(
-        "--timeout",
-        type=_positive_float,
-        metavar="S",
-        help="limit on each whole rollout (default: per phase, start 300 s, agent 1800 s, "
-        "grade 300 s)",
-    )
+    _add_where(run, "--max-concurrent")
     run.add_argument(
         "--output", metavar="FILE", help="write one JSON line per run to FILE (must be new)"
     )
@@ -376,9 +348,7 @@ def _add_run(commands: _Commands) -> None:
         help="show every failure with its traceback (default: the first of each kind)",
     )
     _add_model_options(run)
-    _add_connect(run)
-    _add_json(run)
-    run.set_defaults(handler=_lazy("._run", "cmd_run"))
+    _finish(run, "._run", "cmd_run")
 
 
 def _add_show(commands: _Commands) -> None:
@@ -408,12 +378,9 @@ def _add_view(commands: _Commands) -> None:
         "serve until SIGTERM or SIGINT.",
     )
     view.add_argument("paths", metavar="OUT", nargs="+", help="batch output folder(s)")
-    view.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    view.add_argument("--port", type=_port, default=0, help="port to bind (default: any free)")
-    view.add_argument(
-        "--token-env",
-        metavar="VAR",
-        help="environment variable holding the access token (required off loopback); "
+    _add_bind(
+        view,
+        "environment variable holding the access token (required off loopback); "
         "open the page once with ?token=... to get a cookie",
     )
     view.add_argument("--open", action="store_true", help="open the page in a browser")
@@ -438,38 +405,49 @@ def _add_validate(commands: _Commands) -> None:
         "--oracle", action="store_true", help="run the reference solution and a null agent"
     )
     _add_limit(validate)
-    validate.add_argument(
-        "-j",
-        "--max-concurrent",
+    _add_where(validate, "-j", "--max-concurrent", when=" with --oracle")
+    _finish(validate, "._validate", "cmd_validate")
+
+
+def _add_where(p: argparse.ArgumentParser, *concurrency: str, when: str = "") -> None:
+    """Where `proctor run`'s and `proctor validate`'s environments run, within which
+    deadline, and how many rollouts at a time (`concurrency` names that flag)."""
+    p.add_argument(
+        *concurrency,
+        dest="max_concurrent",
         type=_positive_int,
         metavar="N",
-        help="rollouts at a time with --oracle (default: all for local and tcp, 2 per CPU "
-        "for the runtimes that start processes)",
+        help=f"rollouts at a time{when} (default: all for local and tcp, 2 per CPU for "
+        "the runtimes that start processes)",
     )
-    validate.add_argument(
+    p.add_argument(
         "--runtime",
         default="local",
         metavar="local|subprocess|warm|sandbox|sandbox-warm|tcp://H:P|unix:///P",
-        help="where environments run, as for 'proctor run' (default: in this process)",
+        help="where environments run: in this process (default), one fresh child "
+        "process per rollout, one child per rollout forked from a warm pre-loaded "
+        "zygote, the same two inside a bubblewrap sandbox with no network, or a "
+        "server already running",
     )
-    validate.add_argument(
-        "--env", metavar="NAME", help="which environment, if the source has several"
+    p.add_argument(
+        "--env",
+        metavar="NAME",
+        help="which environment to serve, if the source has several (default: the one "
+        "every row names)",
     )
-    validate.add_argument(
+    p.add_argument(
         "--env-source",
         metavar="PATH",
-        help="Python source defining the environment (default: TASKSET; needed for JSON "
-        "tasksets with local or subprocess runtimes)",
+        help="Python source defining the environment (default: the taskset; needed for "
+        "JSON tasksets with local or subprocess runtimes)",
     )
-    validate.add_argument(
+    p.add_argument(
         "--timeout",
         type=_positive_float,
         metavar="S",
-        help="limit on each whole rollout (default: per phase, as 'proctor run')",
+        help="limit on each whole rollout (default: per phase, start 300 s, agent 1800 s, "
+        "grade 300 s)",
     )
-    _add_connect(validate)
-    _add_json(validate)
-    validate.set_defaults(handler=_lazy("._validate", "cmd_validate"))
 
 
 def _add_limit(command: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ __all__ = ["cmd_serve"]
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; `run_server` reports its own errors in one line."""
-    from ..channel._serve import run_server
+    from ..serve import run_server
 
     source, env_name = split_source(args.source, args.env)
     return run_server(

@@ -14,7 +14,7 @@ from .._usererror import print_error
 from ._common import print_json
 
 if TYPE_CHECKING:
-    from ..tasks._sync import SyncPlan
+    from ..tasks import SyncPlan
 
 __all__ = ["add_tasks_parser", "cmd_diff", "cmd_sync"]
 
@@ -58,8 +58,7 @@ def add_tasks_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_diff(args: argparse.Namespace) -> int:
     """`proctor tasks diff A B`."""
     from .._errors import TasksetError
-    from ..tasks import Taskset
-    from ..tasks._sync import diff
+    from ..tasks import Taskset, diff
 
     try:
         plan = diff(Taskset.from_file(args.source), Taskset.from_file(args.target))
@@ -73,7 +72,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_sync(args: argparse.Namespace) -> int:
     """`proctor tasks sync A B [--apply]`."""
     from .._errors import TasksetError
-    from ..tasks._sync import sync
+    from ..tasks import sync
 
     try:
         plan = sync(args.source, args.target, apply=args.apply)

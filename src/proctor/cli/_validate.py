@@ -26,7 +26,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     usage error (a bad option, a missing file)."""
     from .._errors import TasksetError
     from ..tasks import ValidationReport
-    from ._run import load_taskset
+    from ._run_sources import load_taskset
 
     try:
         setup = _setup(args)
@@ -64,19 +64,19 @@ def _setup(args: argparse.Namespace) -> _Setup:
         CLIError: a usage error.
     """
     from ..engine import Timeouts
-    from ._run import _CHILDREN, _parse_runtime, check_source, imported_source
+    from ._run_sources import CHILDREN, check_source, imported_source, parse_runtime
 
     source, env_name = split_source(args.source, args.env)
     if not os.path.lexists(source):
         raise CLIError(f"{source}: no such file")
-    runtime = _parse_runtime(args.runtime)
+    runtime = parse_runtime(args.runtime)
     env_source = args.env_source or source
     imported = imported_source(source, args.limit)
     if imported is None:
         check_source(runtime, env_source)
     timeouts = Timeouts(rollout=args.timeout) if args.timeout else Timeouts.bounded()
     max_concurrent = args.max_concurrent
-    if max_concurrent is None and (runtime in _CHILDREN or imported is not None):
+    if max_concurrent is None and (runtime in CHILDREN or imported is not None):
         max_concurrent = 2 * (os.cpu_count() or 1)
     setup = _Setup(
         source,
@@ -97,10 +97,10 @@ def _setup(args: argparse.Namespace) -> _Setup:
 async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -> ValidationReport:
     """Bring the runtime up as `proctor run` does and validate every row on it."""
     from ..tasks import validate
-    from ._run import _remote, provider
+    from ._run_sources import is_remote, open_runtime
 
     envs = sorted({task.env for task in taskset})
-    if setup.env_name is None and len(envs) == 1 and not _remote(setup.runtime):
+    if setup.env_name is None and len(envs) == 1 and not is_remote(setup.runtime):
         setup.env_name = envs[0]  # picks the rows' environment when the source has several
     if setup.runtime == "local" and setup.imported is None:
         from ..runtimes import find_environment
@@ -109,8 +109,13 @@ async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -
     own = None if setup.imported is None else setup.imported.runtime
     async with contextlib.AsyncExitStack() as stack:
         runtime = await stack.enter_async_context(
-            provider(
-                setup.runtime, setup.env_source, setup.env_name, setup.served, setup.token, own
+            open_runtime(
+                setup.runtime,
+                setup.env_source,
+                setup.env_name,
+                served=setup.served,
+                token=setup.token,
+                imported=own,
             )
         )
         return await validate(
@@ -124,9 +129,9 @@ async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -
 
 def _places(source: str, taskset: Taskset) -> dict[str, str]:
     """Each row's `file:line (slug)`, or `file row N (slug)`."""
-    from ._run import _row_places
+    from ._run_sources import row_places
 
-    places = _row_places(source, taskset)
+    places = row_places(source, taskset)
     return {s: p if p.endswith(f"({s})") else f"{p} ({s})" for s, p in places.items()}
 
 

@@ -1,0 +1,152 @@
+"""Where `proctor run` and `proctor validate` get rows and environments: the taskset
+source (a foreign one through `proctor.importers`), the `--runtime` value, and the
+runtime it names, up for one command."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._common import CLIError
+
+if TYPE_CHECKING:
+    from ..env import Environment
+    from ..runtimes import RuntimeLike
+    from ..tasks import Taskset
+
+__all__ = [
+    "CHILDREN",
+    "check_source",
+    "imported_source",
+    "is_remote",
+    "load_taskset",
+    "open_runtime",
+    "parse_runtime",
+    "row_places",
+]
+
+CHILDREN = ("subprocess", "warm", "sandbox", "sandbox-warm")
+"""The `--runtime` values that serve each rollout from a child process of the source."""
+
+
+def parse_runtime(text: str) -> str:
+    """A `--runtime` value, checked.
+
+    Raises:
+        CLIError: not one of the runtimes `proctor run` knows.
+    """
+    if text == "local" or text in CHILDREN:
+        return text
+    if text.startswith(("tcp://", "unix://")):
+        return text
+    raise CLIError(
+        "--runtime: expected local, subprocess, warm, sandbox, sandbox-warm, tcp://HOST:PORT "
+        f"or unix:///PATH, got {text!r}"
+    )
+
+
+def is_remote(runtime: str) -> bool:
+    """Whether `runtime` is a server already running (`tcp://`, `unix://`)."""
+    return runtime.startswith(("tcp://", "unix://"))
+
+
+def _is_python(source: str) -> bool:
+    path = Path(source)
+    return path.suffix == ".py" or path.is_dir() or not path.exists()
+
+
+def imported_source(source: str, limit: int | None = None) -> Any:
+    """A foreign task source (`proctor.importers.detect`: Harbor, OpenEnv, verifiers,
+    Inspect) with at most `limit` rows, or None.
+
+    Raises:
+        CLIError: the source is recognized but malformed, or needs an interpreter
+            that is not found (the message says how to install one).
+    """
+    from ..importers import detect
+
+    try:
+        return detect(source, limit=limit)
+    except (ValueError, ImportError) as exc:
+        raise CLIError(f"{source}: {exc}") from None
+
+
+def load_taskset(source: str, imported: Any, limit: int | None) -> Taskset:
+    """The rows of `source` (the foreign source's, once read), at most `limit`."""
+    from ..tasks import Taskset
+
+    if imported is None:
+        return Taskset.from_file(source, limit=limit)
+    return Taskset(Path(source).resolve().name, imported.rows)
+
+
+def check_source(runtime: str, env_source: str) -> None:
+    """Refuse an environment source the runtime cannot serve (before anything loads)."""
+    if not is_remote(runtime) and not _is_python(env_source):
+        raise CLIError(
+            f"{env_source} is not a Python source, so it defines no environment; "
+            "pass --env-source PATH.py (or --runtime tcp://HOST:PORT)"
+        )
+    if runtime in CHILDREN and not Path(env_source).exists():
+        raise CLIError(f"{env_source}: no such file")
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    runtime: str,
+    env_source: str,
+    env_name: str | None,
+    *,
+    served: Environment | None = None,
+    token: str | None = None,
+    imported: RuntimeLike | None = None,
+) -> AsyncIterator[RuntimeLike]:
+    """The runtime a `--runtime` value names (or the one a foreign task source needs,
+    `imported`; `served` for a local one), up for as long as the block runs."""
+    from ..runtimes import LocalRuntime, SubprocessRuntime, UrlRuntime
+
+    if imported is not None:
+        if isinstance(imported, contextlib.AbstractAsyncContextManager):
+            async with imported:
+                yield imported
+        else:
+            yield imported
+    elif runtime == "local" or served is not None:
+        # Entered once so the environment starts once for the command, and a failing
+        # initialize hook fails here with one message instead of once per run.
+        assert served is not None
+        async with LocalRuntime(served) as local:
+            yield local
+    elif runtime == "subprocess":
+        yield SubprocessRuntime(env_source, env_name=env_name)
+    elif runtime == "warm":
+        async with SubprocessRuntime(env_source, env_name=env_name, warm=True) as warm:
+            yield warm
+    elif runtime in ("sandbox", "sandbox-warm"):
+        from ..runtimes import SandboxRuntime
+
+        sandbox = SandboxRuntime(env_source, env_name=env_name, warm=runtime == "sandbox-warm")
+        async with sandbox:
+            yield sandbox
+    else:
+        yield UrlRuntime(runtime, token=token)  # the rows were checked on it already
+
+
+def row_places(source: str, taskset: Taskset) -> dict[str, str]:
+    """`file:line` of each row (by slug) for JSON sources, else `file row N (slug)`."""
+    from ..tasks._taskset import _row_lines
+
+    path = Path(source)
+    slugs = [t.slug for t in taskset]
+    lines: list[int] | None = None
+    if path.suffix == ".jsonl":
+        raw = path.read_bytes().split(b"\n")
+        lines = [n for n, line in enumerate(raw, 1) if line.strip()]
+    elif path.suffix == ".json":
+        with contextlib.suppress(Exception):
+            lines = _row_lines(path.read_text())
+    if lines is not None and len(lines) == len(slugs):
+        return {slug: f"{source}:{line}" for slug, line in zip(slugs, lines, strict=True)}
+    return {slug: f"{source} row {i} ({slug})" for i, slug in enumerate(slugs, 1)}
