@@ -30,6 +30,7 @@ PACKAGES = [
     "proctor.records",
     "proctor.runtimes",
     "proctor.samples",
+    "proctor.store",
     "proctor.tasks",
     "proctor.testing",
 ]

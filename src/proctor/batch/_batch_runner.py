@@ -20,14 +20,13 @@ from typing import IO, Any
 import orjson
 
 from .._tempdirs import owner
+from ..store import BatchStore, list_rollouts, read_rollout, recorded_cost
 from ._agent_output import Printed, captured, routed_stdout
 from ._batch_result import SIGNALS, BatchResult
 from ._config import Assignment, RayExecutorConfig
 from ._groups import Earlier, GroupRewards, Member, group_sizes, run_from_record
-from ._read import list_rollouts, read_rollout, recorded_cost
 from ._recording import Recording
 from ._setup import Setup
-from ._store import BatchStore
 from ._tally import Tally
 
 __all__ = ["Runner", "Work", "assignment_of", "describe", "identity", "spent"]
@@ -419,7 +418,7 @@ def _ship_by_value(agent: Any) -> None:
 
 
 def _counts(out: str) -> dict[str, int]:
-    from ._read import count_rollouts
+    from ..store import count_rollouts
 
     return count_rollouts(out, by="status")
 

@@ -13,10 +13,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..store import count_rollouts, list_rollouts, read_batch
 from . import _stats
-from ._read import count_rollouts, list_rollouts
 from ._report_render import num, table
-from ._store import read_batch
 
 __all__ = [
     "EVALUATION_PHASES",

@@ -20,16 +20,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._errors import StoreError
-from . import _files
+from ..store import BatchStore, Durability, _files, list_rollouts, read_batch
 from ._batch_result import BatchResult, run_main
 from ._batch_runner import Runner, Work, assignment_of, identity, spent
 from ._config import Assignment, BatchConfig, _clean
 from ._config_load import load_config
 from ._plan import Plan, aplan
-from ._read import list_rollouts
 from ._retry import chosen_ids, parse_where
 from ._setup import Setup, redactor, secret_values
-from ._store import BatchStore, Durability, read_batch
 
 __all__ = ["BatchResult", "aexecute", "aresume", "execute", "resume"]
 

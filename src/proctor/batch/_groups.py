@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..agents import Run
-    from ._recorder import PlannedRollout
-    from ._store import BatchStore
+    from ..store import BatchStore, PlannedRollout
 
 __all__ = ["Earlier", "GroupRewards", "Member", "group_sizes", "run_from_record"]
 

@@ -31,8 +31,7 @@ from typing import Any, TypeVar
 
 from .._errors import RuntimeLaunchError, StoreError
 from .._tempdirs import owner
-from ._read import read_events
-from ._store import read_batch
+from ..store import read_batch, read_events
 
 __all__ = ["BATCH_ENV", "reconcile", "reconcile_sync"]
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..proxy import Frames
-from ._files import JsonlReader
+from ..store import JsonlReader
 from ._tally import Tally
 
 if TYPE_CHECKING:
     from ..agents import Run
-    from ._recorder import RolloutRecorder
+    from ..store import RolloutRecorder
 
 __all__ = ["Recording", "state_of"]
 

@@ -15,14 +15,11 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ._files import JsonlReader
-from ._index import CorruptIndexError
-from ._read import list_rollouts
-from ._recorder import check_id, load_record
+from .._errors import CorruptIndexError, StoreError
+from ..store import BatchStore, JsonlReader, list_rollouts, read_batch, read_record
 from ._report_agents import Agents
 from ._report_render import TOP, render_report
 from ._stats import RESAMPLES
-from ._store import BatchStore, StoreError, read_batch
 
 __all__ = ["CATEGORIES", "FORMAT", "TIERS", "render_report", "report"]
 
@@ -316,8 +313,8 @@ class _Walk:
         self._ranked = 0
 
     def rollout(self, index_row: Mapping[str, Any]) -> dict[str, Any]:
-        rid = check_id(str(index_row["id"]))
-        record = load_record(os.path.join(self.root, "rollouts", f"{rid}.json"))
+        rid = str(index_row["id"])
+        record = read_record(self.root, rid)
         row = _outcome(index_row)
         tally, row["source"], row["turns"] = self._usage(rid, row["model"], record)
         tally.add_recorded(record.get("cost") if record else index_row.get("cost"))
@@ -343,7 +340,7 @@ class _Walk:
         attempts = [n for n in names if n.isdigit()]
         for n in attempts:
             where = f"{rid}/attempts/{n}"
-            record = load_record(os.path.join(self.root, "rollouts", where, "rollout.json"))
+            record = read_record(self.root, rid, attempt=int(n))
             part, _, _ = self._usage(where, model, record)
             part.add_recorded(record.get("cost"))
             tally.merge(part)

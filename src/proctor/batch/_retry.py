@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ._index import FILTERABLE
+from ..store import FILTERABLE
 
 __all__ = ["chosen_ids", "parse_where"]
 
@@ -52,7 +52,7 @@ def chosen_ids(out: str, ids: Sequence[str], where: str | None) -> set[str]:
         ValueError: a bad filter.
     """
     from .._errors import StoreError
-    from ._read import list_rollouts
+    from ..store import list_rollouts
 
     chosen: set[str] = set()
     if ids:

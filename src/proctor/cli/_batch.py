@@ -285,7 +285,8 @@ def cmd_batch_reconcile(args: argparse.Namespace) -> int:
     directory (then it is only printed). Exit 1 if anything could not be removed.
     """
     from .._errors import StoreError
-    from ..batch import BatchStore, reconcile_sync
+    from ..batch import reconcile_sync
+    from ..store import BatchStore
     from ._common import print_json
 
     report = reconcile_sync(args.target)

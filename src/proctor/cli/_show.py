@@ -39,7 +39,7 @@ def _locate(record: str, rollout: str | None) -> tuple[str, str | None]:
 
 
 def _list(out: str, as_json: bool) -> int:
-    from ..batch import list_rollouts, read_batch
+    from ..store import list_rollouts, read_batch
 
     batch = read_batch(out)
     rows = list_rollouts(out, limit=None)
@@ -65,7 +65,7 @@ def _resolve(out: str, rollout: str) -> str:
     Raises:
         CLIError: no rollout, or several, match.
     """
-    from ..batch import list_rollouts
+    from ..store import list_rollouts
 
     if os.path.exists(os.path.join(out, "rollouts", f"{rollout}.json")):
         return rollout
@@ -78,7 +78,7 @@ def _resolve(out: str, rollout: str) -> str:
 
 
 def _one(out: str, rollout: str, as_json: bool) -> int:
-    from ..batch import read_rollout
+    from ..store import read_rollout
 
     try:
         data = read_rollout(out, _resolve(out, rollout))

@@ -8,9 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..batch._files import JsonlReader
-from ..batch._read import list_rollouts
-from ..batch._recorder import check_id, load_record
+from ..store import JsonlReader, list_rollouts, read_record
 from ._branch import EXTRAS, ModelTurn
 from ._frames import inline_frames
 from ._sample import Rollout, Sample, samples_of
@@ -150,7 +148,7 @@ def _record(root: str, row: dict[str, Any]) -> dict[str, Any]:
     """A completed rollout's record ({} for the others: they give no samples)."""
     if row["status"] != "completed" or row["reward"] is None:
         return {}
-    return load_record(os.path.join(root, "rollouts", f"{check_id(row['id'])}.json"))
+    return read_record(root, row["id"])
 
 
 def _graded(row: dict[str, Any], record: dict[str, Any]) -> float | None:

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..batch import advantage_summary, compare, flakiness, scored
-from ._data import BatchDir, index_sql
+from .. import store
+from ._data import BatchDir
 from ._rollout_files import read_json
 
 __all__ = ["GROUP_RECORDS", "agent_comparison", "agent_names", "agent_sections"]
@@ -26,8 +26,7 @@ TOP_CHANGES = 20
 
 def agent_names(batch: BatchDir) -> list[str]:
     """The batch's agents, sorted (from its index)."""
-    rows = index_sql(batch.path, "SELECT DISTINCT agent FROM rollouts WHERE agent IS NOT NULL")
-    return sorted(str(r[0]) for r in rows)
+    return sorted(str(a) for a in store.distinct_values(batch.path, "agent"))
 
 
 def agent_sections(batch: BatchDir) -> dict[str, Any]:
@@ -35,22 +34,22 @@ def agent_sections(batch: BatchDir) -> dict[str, Any]:
     `FLAKY_ROWS` rows, flaky first) and `groups` (agent -> mean group rewards and
     advantage, over at most `GROUP_RECORDS` ended rollouts; `more`: some were left
     out); both empty with one repeat (a group has two rollouts and more)."""
-    (repeats,) = index_sql(batch.path, "SELECT IFNULL(MAX(repeat), 0) FROM rollouts")[0]
+    repeats = store.totals(batch.path).max_repeat
     if repeats < 2:  # no flakiness, and group rewards need groups of two and more
         return {"repeats": repeats, "flakiness": {}, "groups": {}, "more": False}
     return {"repeats": repeats, "flakiness": _flakiness(batch), **_groups(batch)}
 
 
 def _flakiness(batch: BatchDir) -> dict[str, Any]:
+    from ..batch import flakiness, scored  # the statistics (the runner loads on first use)
+
     rewards: dict[str, dict[str, list[float]]] = {}
-    rows = index_sql(
-        batch.path,
-        "SELECT IFNULL(agent, '-'), task, reward, status, error_phase FROM rollouts",
-    )
+    columns = ("agent", "task", "reward", "status", "error_phase")
+    rows = store.rollout_columns(batch.path, columns, store.RolloutQuery(limit=None))
     for agent, task, reward, status, phase in rows:
         value = scored({"reward": reward, "status": status, "error_phase": phase})
         if value is not None:
-            rewards.setdefault(str(agent), {}).setdefault(str(task), []).append(value)
+            rewards.setdefault(str(agent or "-"), {}).setdefault(str(task), []).append(value)
     out: dict[str, Any] = {}
     for agent, by_task in sorted(rewards.items()):
         doc = flakiness(by_task)
@@ -60,12 +59,11 @@ def _flakiness(batch: BatchDir) -> dict[str, Any]:
 
 
 def _groups(batch: BatchDir) -> dict[str, Any]:
-    ids = index_sql(
-        batch.path,
-        "SELECT id, IFNULL(agent, '-') FROM rollouts WHERE ended_at IS NOT NULL "
-        "ORDER BY seq LIMIT ?",
-        [GROUP_RECORDS + 1],
-    )
+    from ..batch import advantage_summary  # the statistics (the runner loads on first use)
+
+    query = store.RolloutQuery(ended=True, limit=GROUP_RECORDS + 1)
+    rows = store.rollout_columns(batch.path, ("id", "agent"), query)
+    ids = [(rid, agent or "-") for rid, agent in rows]
     sums: dict[str, dict[str, list[float]]] = {}
     advantages: dict[str, list[float]] = {}
     refused: list[str] = []
@@ -106,6 +104,8 @@ def agent_comparison(
     Raises:
         StoreError: a batch's index is missing or damaged.
     """
+    from ..batch import compare  # reads both batches' stores (the runner loads on first use)
+
     try:
         doc = compare(
             a.path, None if a.path == b.path else b.path, agent_a=agent_a, agent_b=agent_b

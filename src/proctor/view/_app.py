@@ -25,7 +25,6 @@ from ._agents import agent_comparison, agent_names, agent_sections
 from ._data import (
     MATRIX_LIMIT,
     BatchDir,
-    RolloutQuery,
     batch_summary,
     compare_tasks,
     cost_curve,
@@ -33,6 +32,7 @@ from ._data import (
     errors_by_phase,
     group_reward_bins,
     model_task,
+    parse_query,
     query_rollouts,
     reward_bins,
     signature,
@@ -174,7 +174,7 @@ class ViewApp:
             case []:
                 return Response.json(await asyncio.to_thread(_batch_data, batch))
             case ["rollouts"]:
-                query = RolloutQuery.parse(_params(request))
+                query = parse_query(_params(request))
                 return Response.json(await asyncio.to_thread(query_rollouts, batch, query))
             case ["r", rid]:
                 return await rollout_api(batch, rid, _params(request))

@@ -7,86 +7,73 @@ readers stop before a line still being written).
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import sqlite3
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
 from . import _index
 from ._files import JsonlReader
-from ._index import CorruptIndexError
-from ._recorder import check_id
-from ._store import StoreError
+from ._query import RolloutQuery, select, where
+from ._recorder import check_id, load_record
 
-__all__ = ["count_rollouts", "list_rollouts", "read_events", "read_rollout", "read_state"]
-
-Filter = str | int | Iterable[str | int] | None
-_T = TypeVar("_T")
+__all__ = [
+    "count_rollouts",
+    "index_row",
+    "list_rollouts",
+    "read_events",
+    "read_record",
+    "read_rollout",
+    "read_state",
+    "recorded_cost",
+]
 
 
 def list_rollouts(
-    path: str | os.PathLike[str],
-    *,
-    status: Filter = None,
-    task: Filter = None,
-    agent: Filter = None,
-    model: Filter = None,
-    phase: Filter = None,
-    error_phase: Filter = None,
-    attempt: Filter = None,
-    ended: bool | None = None,
-    order_by: str = "seq",
-    descending: bool = False,
-    limit: int | None = 100,
-    offset: int = 0,
+    path: str | os.PathLike[str], query: RolloutQuery | None = None, /, **fields: Any
 ) -> list[dict[str, Any]]:
-    """One page of index rows, filtered and sorted.
+    """One page of index rows, filtered and sorted (`RolloutQuery`).
 
-    Each filter is a value or a list of values (None: no filter); `ended` keeps the
-    rollouts that ended (`TERMINAL` statuses), or with False those that did not
-    (queued, or in flight when a runner died: what a resume looks at). A row has `id`,
-    `seq` (plan order), `task`, `agent`, `model`, `repeat`, `status`, `phase`,
+    Give a `RolloutQuery`, or its fields as keywords (`list_rollouts(out, status=
+    "failed", limit=None)`), or both (the keywords replace the query's fields). A row
+    has `id`, `seq` (plan order), `task`, `agent`, `model`, `repeat`, `status`, `phase`,
     `attempt`, `reward`, `error_phase`, `error_type`, `cost`, `input_tokens`,
-    `output_tokens`, `started_at`, `ended_at`; any of them can be `order_by`. Ties
-    sort by `seq`; `limit=None` returns every row.
+    `output_tokens`, `started_at`, `ended_at`.
 
     Raises:
         StoreError: `path` has no index, or a damaged one (`--resume` rebuilds it).
-        ValueError: an unknown `order_by` column.
+        ValueError: an unknown `order_by` column; TypeError: an unknown field.
     """
-    filters = {
-        "status": status,
-        "task": task,
-        "agent": agent,
-        "model": model,
-        "phase": phase,
-        "error_phase": error_phase,
-        "attempt": attempt,
-        "ended": ended,
-    }
-    return _query(
-        path, lambda db: _index.query_rows(db, filters, order_by, descending, limit, offset)
+    sql, args = select(_query_of(query, fields))
+    return _index.read(
+        path,
+        lambda db: [dict(zip(_index.COLUMNS, row, strict=True)) for row in db.execute(sql, args)],
     )
 
 
 def count_rollouts(
     path: str | os.PathLike[str],
+    query: RolloutQuery | None = None,
+    /,
     *,
     by: str = "status",
-    status: Filter = None,
-    task: Filter = None,
-    model: Filter = None,
+    **fields: Any,
 ) -> dict[Any, int]:
-    """How many rollouts there are for each value of the column `by` (default status).
+    """How many rollouts match the query (its filters; no page), for each value of the
+    column `by` (default status).
 
     Raises:
         StoreError: `path` has no index, or a damaged one (`--resume` rebuilds it).
         ValueError: an unknown column.
     """
-    filters = {"status": status, "task": task, "model": model}
-    return _query(path, lambda db: _index.count_rows(db, filters, by))
+    clause, args = where(_query_of(query, fields))
+    return _index.read(path, lambda db: _index.count_rows(db, clause, args, by))
+
+
+def _query_of(query: RolloutQuery | None, fields: dict[str, Any]) -> RolloutQuery:
+    query = query or RolloutQuery()
+    return dataclasses.replace(query, **fields) if fields else query
 
 
 def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any]:
@@ -109,7 +96,7 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
     out: dict[str, Any] = {
         "id": rollout_id,
         "record": _json(os.path.join(root, "rollouts", f"{rollout_id}.json"), torn),
-        "index": _row(root, rollout_id),
+        "index": index_row(root, rollout_id),
         "torn": torn,
     }
     for key, name in (("model_turns", "model_turns.jsonl"), ("trace", "trace.jsonl")):
@@ -123,6 +110,23 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
     out["log"] = _text(os.path.join(folder, "log.txt"))
     out["attempts"] = _attempts(os.path.join(folder, "attempts"))
     return out
+
+
+def read_record(
+    path: str | os.PathLike[str], rollout_id: str, *, attempt: int | None = None
+) -> dict[str, Any]:
+    """The rollout's record (`rollouts/<id>.json`), or with `attempt` that of an attempt
+    a retry moved aside (`rollouts/<id>/attempts/<n>/rollout.json`); {} when there is
+    none or it does not parse (`read_rollout` says which files were torn).
+
+    Raises:
+        ValueError: `rollout_id` is not a rollout id (it could name a path elsewhere).
+    """
+    folder = os.path.join(os.fspath(path), "rollouts")
+    if attempt is None:
+        return load_record(os.path.join(folder, f"{check_id(rollout_id)}.json"))
+    where = os.path.join(folder, check_id(rollout_id), "attempts", str(int(attempt)))
+    return load_record(os.path.join(where, "rollout.json"))
 
 
 def read_events(path: str | os.PathLike[str], start: int = 0) -> JsonlReader:
@@ -139,31 +143,17 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 def recorded_cost(path: str | os.PathLike[str]) -> float:
     """USD the index records over every rollout's current attempt (one SQL sum)."""
     sql = "SELECT COALESCE(SUM(cost), 0) FROM rollouts"
-    return _query(path, lambda db: float(db.execute(sql).fetchone()[0]))
+    return _index.read(path, lambda db: float(db.execute(sql).fetchone()[0]))
 
 
-def _query(path: str | os.PathLike[str], fn: Callable[[sqlite3.Connection], _T]) -> _T:
-    """`fn` on a read-only connection to the index; a damaged index is one clear error."""
-    file = os.path.join(os.fspath(path), "index.sqlite")
-    if not os.path.exists(file):
-        raise StoreError(f"{path} has no index.sqlite: not a batch output directory")
-    try:
-        db = _index.connect(file, write=False)
-        try:
-            return fn(db)
-        finally:
-            db.close()
-    except sqlite3.DatabaseError as exc:
-        if not _index.is_corrupt(exc):
-            raise
-        raise CorruptIndexError(
-            f"{file} is corrupt ({exc}); `proctor batch --resume` rebuilds it from events.jsonl"
-        ) from None
+def index_row(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any] | None:
+    """The rollout's index row, or None for an id the index does not know.
 
-
-def _row(root: str, rollout_id: str) -> dict[str, Any] | None:
+    Raises:
+        StoreError: `path` has no index, or a damaged one.
+    """
     sql = f"SELECT {', '.join(_index.COLUMNS)} FROM rollouts WHERE id=?"
-    row = _query(root, lambda db: db.execute(sql, (rollout_id,)).fetchone())
+    row = _index.read(path, lambda db: db.execute(sql, (rollout_id,)).fetchone())
     return None if row is None else dict(zip(_index.COLUMNS, row, strict=True))
 
 

@@ -12,14 +12,12 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from . import _files
-
-if TYPE_CHECKING:
-    from ._store import BatchStore
+from ._journal import Journal
 
 __all__ = ["PlannedRollout", "RolloutRecorder", "check_id", "index_fields", "load_record"]
 
@@ -88,7 +86,7 @@ class RolloutRecorder:
     rollout first writes something that lives there.
     """
 
-    def __init__(self, store: BatchStore, assignment: PlannedRollout, attempt: int) -> None:
+    def __init__(self, store: Journal, assignment: PlannedRollout, attempt: int) -> None:
         self.id = check_id(assignment.rollout_id)
         self.attempt = attempt
         self._store = store

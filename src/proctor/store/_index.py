@@ -8,11 +8,13 @@ so reopening after a crash replays only the tail.
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from .._errors import CorruptIndexError
+from .._errors import CorruptIndexError, StoreError
 
 __all__ = [
     "COLUMNS",
@@ -25,9 +27,10 @@ __all__ = [
     "count_rows",
     "get_offset",
     "is_corrupt",
-    "query_rows",
-    "where_clause",
+    "read",
 ]
+
+_T = TypeVar("_T")
 
 COLUMNS = (
     "id",
@@ -50,7 +53,7 @@ COLUMNS = (
 )
 SORTABLE = frozenset(COLUMNS)
 ENDED = frozenset({"completed", "failed", "interrupted"})
-"""The statuses a rollout ends in (`TERMINAL` in `proctor.batch`)."""
+"""The statuses a rollout ends in (`TERMINAL` in `proctor.store`)."""
 FILTERABLE = ("status", "task", "agent", "model", "phase", "error_phase", "attempt")
 
 _SCHEMA = """
@@ -138,52 +141,46 @@ def _upsert_sql(keys: Sequence[str]) -> str:
     return f"INSERT INTO rollouts({cols}) VALUES({marks}) ON CONFLICT(id) DO UPDATE SET {sets}"
 
 
-def query_rows(
-    db: sqlite3.Connection,
-    filters: Mapping[str, Any],
-    order_by: str,
-    descending: bool,
-    limit: int | None,
-    offset: int,
-) -> list[dict[str, Any]]:
-    """Rows matching `filters` (column -> value, or a list of values), sorted, one page."""
-    if order_by not in SORTABLE:
-        raise ValueError(f"cannot sort by {order_by!r}; one of {sorted(SORTABLE)}")
-    where, args = where_clause(filters)
-    sql = f"SELECT {', '.join(COLUMNS)} FROM rollouts{where} ORDER BY {order_by} "
-    sql += "DESC" if descending else "ASC"
-    sql += ", seq ASC LIMIT ? OFFSET ?"
-    args += [-1 if limit is None else limit, offset]
-    return [dict(zip(COLUMNS, row, strict=True)) for row in db.execute(sql, args)]
-
-
-def count_rows(db: sqlite3.Connection, filters: Mapping[str, Any], group_by: str) -> dict[Any, int]:
-    """How many rows match `filters`, by the value of column `group_by`."""
+def count_rows(
+    db: sqlite3.Connection, where: str, args: Sequence[Any], group_by: str
+) -> dict[Any, int]:
+    """How many rows match the clause `where` (with `args`), by the value of `group_by`."""
     if group_by not in SORTABLE:
         raise ValueError(f"cannot group by {group_by!r}; one of {sorted(SORTABLE)}")
-    where, args = where_clause(filters)
     sql = f"SELECT {group_by}, COUNT(*) FROM rollouts{where} GROUP BY {group_by}"
-    return {key: n for key, n in db.execute(sql, args)}
+    return {key: n for key, n in db.execute(sql, list(args))}
 
 
-def where_clause(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
-    """A ` WHERE ...` clause and its arguments for `filters` (see `query_rows`)."""
-    clauses: list[str] = []
-    args: list[Any] = []
-    for col, value in filters.items():
-        if col == "ended":
-            if value is not None:
-                test = "status IN ({})" if value else "(status IS NULL OR status NOT IN ({}))"
-                clauses.append(test.format(", ".join("?" * len(ENDED))))
-                args += sorted(ENDED)
-            continue
-        if col not in FILTERABLE:
-            raise ValueError(f"cannot filter on {col!r}; one of {list(FILTERABLE)}")
-        if value is None:
-            continue
-        values = (
-            list(value) if isinstance(value, Iterable) and not isinstance(value, str) else [value]
+def read(path: str | os.PathLike[str], fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    """`fn` on a read-only connection to the index of the output directory `path`.
+
+    The index must be a regular file (a link is not followed: what a rollout wrote is
+    not trusted). A damaged index is one line naming the commands that rebuild it (a
+    reader never rebuilds it itself).
+
+    Raises:
+        StoreError: no `index.sqlite` (or a link); `CorruptIndexError`: a damaged one.
+    """
+    root = os.fspath(path)
+    file = os.path.join(root, "index.sqlite")
+    try:
+        regular = stat.S_ISREG(os.lstat(file).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        raise StoreError(
+            f"{root} has no index.sqlite (links are not followed): not a batch output directory"
         )
-        clauses.append(f"{col} IN ({', '.join('?' * len(values))})")
-        args += values
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+    try:
+        db = connect(file, write=False)
+        try:
+            return fn(db)
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        if not is_corrupt(exc):
+            raise
+        raise CorruptIndexError(
+            f"{file} is damaged ({exc}): `proctor batch --resume {root}` or "
+            f"`proctor batch report {root}` rebuilds it"
+        ) from None

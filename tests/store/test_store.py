@@ -16,9 +16,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-import proctor.batch as batch
+import proctor.batch
+import proctor.store as pstore
 from proctor import StoreError
-from proctor.batch import (
+from proctor.store import (
     BatchStore,
     JsonlReader,
     _files,
@@ -108,10 +109,10 @@ def test_one_writer_at_a_time(tmp_path: Path) -> None:
 def test_a_new_batch_writes_its_config_once_with_the_layout_version(tmp_path: Path) -> None:
     config = {"config": {"max_concurrency": 4}, "layout_version": 0}
     with BatchStore.create(tmp_path / "out", config) as store:
-        assert store.batch["layout_version"] == batch.LAYOUT_VERSION
-    doc = batch.read_batch(tmp_path / "out")
+        assert store.batch["layout_version"] == pstore.LAYOUT_VERSION
+    doc = pstore.read_batch(tmp_path / "out")
     assert doc["config"] == {"max_concurrency": 4}
-    assert doc["layout_version"] == batch.LAYOUT_VERSION
+    assert doc["layout_version"] == pstore.LAYOUT_VERSION
     assert _files_under(tmp_path / "out") == [
         "batch-state.json",
         "batch.json",
@@ -291,7 +292,7 @@ def test_a_stream_written_before_the_first_update_is_continued_whole(tmp_path: P
 _WRITER = """
 import sys
 from types import SimpleNamespace
-from proctor.batch import BatchStore
+from proctor.store import BatchStore
 def Assignment(rid, task):
     return SimpleNamespace(rollout_id=rid, task=task, agent=None, model=None, repeat=0)
 store = BatchStore.create(sys.argv[1], {}, window=0.05)
@@ -647,7 +648,7 @@ def test_events_can_be_tailed_from_where_the_last_read_ended(tmp_path: Path) -> 
 
 
 def test_the_plans_assignments_are_what_the_store_takes(tmp_path: Path) -> None:
-    from proctor.batch._config import Assignment as Planned
+    from proctor.batch import Assignment as Planned
 
     row = Planned(rollout_id="t--a--r1", task="t", agent="a", model="m", repeat=1, enabled=True)
     with BatchStore.create(tmp_path / "out", {}) as store:
@@ -658,5 +659,14 @@ def test_the_plans_assignments_are_what_the_store_takes(tmp_path: Path) -> None:
 
 
 def test_every_export_resolves() -> None:
-    for name in batch.__all__:
-        assert getattr(batch, name) is not None
+    for name in pstore.__all__:
+        assert getattr(pstore, name) is not None
+
+
+def test_the_batch_package_still_gives_the_store_names_it_exported() -> None:
+    """Code written before `proctor.store` imports the same objects from `proctor.batch`."""
+    old = ["BatchStore", "RolloutRecorder", "PlannedRollout", "Durability", "LAYOUT_VERSION"]
+    old += ["TERMINAL", "JsonlReader", "list_rollouts", "count_rollouts", "read_rollout"]
+    old += ["read_events", "read_state", "read_batch"]
+    for name in old:
+        assert getattr(proctor.batch, name) is getattr(pstore, name), name

@@ -30,14 +30,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._errors import StoreError
 from . import _files, _index
-from ._recorder import RolloutRecorder, load_record
-
-if TYPE_CHECKING:
-    from ._store import BatchStore
+from ._journal import Journal
+from ._recorder import RolloutRecorder, index_fields, load_record
 
 __all__ = [
     "Warn",
@@ -96,7 +94,7 @@ def set_index_aside(root: str) -> str:
     return "index.sqlite.corrupt"
 
 
-def restate_lost_log(store: BatchStore, lost: int, warn: Warn) -> None:
+def restate_lost_log(store: Journal, lost: int, warn: Warn) -> None:
     """`events.jsonl` is `lost` bytes shorter than the index says it was (deleted, cut):
     the index, its view, is the best witness left, so its rows go back into the log."""
     what = "missing" if store._events_size == 0 else f"{lost} bytes shorter than indexed"
@@ -108,7 +106,7 @@ def restate_lost_log(store: BatchStore, lost: int, warn: Warn) -> None:
     )
 
 
-def _restate_rows(store: BatchStore) -> int:
+def _restate_rows(store: Journal) -> int:
     """Append every index row to `events.jsonl` again (an `assigned` event, and a
     `rollout` event with the rest of its columns once it began), so a log that lost
     its history witnesses what the index still knew. Returns how many rows."""
@@ -162,7 +160,7 @@ class _Findings:
             self.warn(f"{root}: {self.n - _SHOWN} more {self.kind} (see events.jsonl)")
 
 
-def check_records(store: BatchStore, warn: Warn) -> None:
+def check_records(store: Journal, warn: Warn) -> None:
     """Hold every record present against its index row (the events' view), see above."""
     status = dict(store._db.execute("SELECT id, status FROM rollouts").fetchall())
     refused = _Findings(warn, "records refused")
@@ -238,7 +236,7 @@ def _unbacked(row: dict[str, Any], record: dict[str, Any]) -> str | None:
     return None
 
 
-def _set_aside(store: BatchStore, rid: str, path: str) -> str:
+def _set_aside(store: Journal, rid: str, path: str) -> str:
     """Move a record to `rollouts/<id>/refused/<n>.json`; its path relative to OUT."""
     folder = os.path.join(store._rollouts, rid, "refused")
     os.makedirs(folder, exist_ok=True)
@@ -252,7 +250,7 @@ def _set_aside(store: BatchStore, rid: str, path: str) -> str:
 
 
 def _refuse(
-    store: BatchStore,
+    store: Journal,
     row: dict[str, Any],
     path: str,
     record: dict[str, Any],
@@ -271,7 +269,7 @@ def _refuse(
     )
 
 
-def _unreadable(store: BatchStore, row: dict[str, Any], path: str, findings: _Findings) -> None:
+def _unreadable(store: Journal, row: dict[str, Any], path: str, findings: _Findings) -> None:
     rid = row["id"]
     size = os.path.getsize(path)
     moved = _set_aside(store, rid, path)
@@ -295,7 +293,7 @@ def _unreadable(store: BatchStore, row: dict[str, Any], path: str, findings: _Fi
     )
 
 
-def _record_lost(store: BatchStore, row: dict[str, Any], moved: str) -> None:
+def _record_lost(store: Journal, row: dict[str, Any], moved: str) -> None:
     """Record an ended rollout whose record was unreadable as `interrupted`."""
     a = _Assignment(row["id"], row["task"], row["agent"], row["model"], row["repeat"])
     rec = RolloutRecorder(store, a, row["attempt"] or 1)
@@ -322,10 +320,8 @@ def _record_lost(store: BatchStore, row: dict[str, Any], moved: str) -> None:
     )
 
 
-def _correct(store: BatchStore, rid: str, record: dict[str, Any]) -> None:
+def _correct(store: Journal, rid: str, record: dict[str, Any]) -> None:
     """A kill between replacing the record and appending its event: index it now."""
-    from ._recorder import index_fields
-
     fields = index_fields(record)
     store._append_events(
         store._encode({"t": time.time(), "type": "rollout", "id": rid, **fields}), {rid: fields}

@@ -1,6 +1,6 @@
 """`BatchStore`: the crash-safe record of one batch (`_recorder` writes each rollout).
 
-The layout it writes is documented in `proctor.batch` and docs/batch-layout.md.
+The layout it writes is documented in `proctor.store` and docs/batch-layout.md.
 
 Who is the authority for what:
 
@@ -18,60 +18,25 @@ one `syncfs` per window (0.2 s), the same trade a database makes with a group co
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import orjson
 
 from .._errors import StoreError
 from . import _files, _index, _recover
+from ._journal import Durability, Journal, Redact, lock_dir
+from ._layout import LAYOUT_VERSION, TERMINAL, read_batch
 from ._recorder import PlannedRollout, RolloutRecorder, check_id
 from ._recover import Warn
 
-__all__ = [
-    "LAYOUT_VERSION",
-    "TERMINAL",
-    "BatchStore",
-    "Durability",
-    "StoreError",
-    "read_batch",
-]
-
-LAYOUT_VERSION = 1
-TERMINAL = _index.ENDED
-Durability = Literal["default", "strict"]
-Redact = Callable[[bytes], bytes]
-
+__all__ = ["BatchStore"]
 
 _REPLAY_CHUNK = 10_000
-
-
-def read_batch(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The `batch.json` of an output directory.
-
-    Raises:
-        StoreError: no `batch.json` (not a batch output, or one whose creation died
-            before it finished), or a `layout_version` this code does not read.
-    """
-    file = os.path.join(os.fspath(path), "batch.json")
-    try:
-        with open(file, "rb") as f:
-            doc = orjson.loads(f.read())
-    except FileNotFoundError:
-        raise StoreError(f"{path} is not a batch output directory (no batch.json)") from None
-    except orjson.JSONDecodeError as exc:
-        raise StoreError(f"{file} is not JSON: {exc}") from None
-    version = doc.get("layout_version") if isinstance(doc, dict) else None
-    if version != LAYOUT_VERSION:
-        raise StoreError(
-            f"{file} has layout_version {version!r}; this proctor reads {LAYOUT_VERSION}"
-        )
-    return doc  # type: ignore[no-any-return]
 
 
 _RESET = {"reward": None, "error": None, "usage": None, "cost": None, "ended_at": None}
@@ -82,7 +47,7 @@ _SNAPSHOT = (
 _EVENT_COLUMNS = frozenset(_index.COLUMNS) - {"id"}
 
 
-class BatchStore:
+class BatchStore(Journal):
     """The output directory of one batch, open for writing.
 
     Make one with `BatchStore.create` (a new directory) or `BatchStore.open` (resume).
@@ -103,32 +68,9 @@ class BatchStore:
         window: float,
         snapshot_every: float,
     ) -> None:
-        self.path = path
-        self.batch = batch
-        self.durability: Durability = durability
-        self._strict = durability == "strict"
-        self._redact = redact
+        super().__init__(path, batch, dir_fd=dir_fd, durability=durability, redact=redact)
         self._window = window
         self._snapshot_every = snapshot_every
-        self._rollouts = os.path.join(path, "rollouts")
-        self._lock = threading.Lock()
-        self._db_lock = threading.Lock()
-        self._pending: dict[str, dict[str, Any]] = {}
-        self._dirty = False
-        self._error: BaseException | None = None
-        self._closed = False
-        self._events_path = os.path.join(path, "events.jsonl")
-        self._events_fd = os.open(
-            self._events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
-        )
-        self._events_size = os.fstat(self._events_fd).st_size
-        self._dir_fd = dir_fd
-        self._db = _index.connect(os.path.join(path, "index.sqlite"), write=True)
-        self._next_seq = self._db.execute(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"
-        ).fetchone()[0]
-        self._committed = _index.get_offset(self._db)
-        self._reopened = False
         self._next_snapshot = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -173,7 +115,7 @@ class BatchStore:
         store = cls(
             root,
             doc,
-            dir_fd=_lock_dir(root, durability),
+            dir_fd=lock_dir(root, durability),
             durability=durability,
             redact=redact,
             window=window,
@@ -215,7 +157,7 @@ class BatchStore:
         """
         root = os.path.abspath(os.fspath(path))
         doc = read_batch(root)
-        dir_fd = _lock_dir(root, durability)
+        dir_fd = lock_dir(root, durability)
         say = warn or _recover.to_stderr
         args = (root, doc, dir_fd, durability, redact, window, snapshot_every, say)
         try:
@@ -372,10 +314,6 @@ class BatchStore:
         self.flush()
         return len(chunk)
 
-    def event(self, type: str, **data: Any) -> None:
-        """Append a batch event (`{"t": time, "type": type, **data}`) to `events.jsonl`."""
-        self._append_events(self._encode({"t": time.time(), "type": type, **data}), None)
-
     def amend(self, assignment: PlannedRollout, **fields: Any) -> None:
         """Merge `fields` into an ended rollout's record and index (what is known only
         once its group ended: group rewards, advantage, a reward they changed).
@@ -433,54 +371,6 @@ class BatchStore:
         rec.update(write=False, **fields)
         return rec
 
-    def flush(self) -> None:
-        """Commit the index now; in `default` mode also sync the filesystem first."""
-        self._check()
-        self._commit(sync=not self._strict)
-
-    # -- internals -----------------------------------------------------------------------
-
-    def _encode(self, obj: Any) -> bytes:
-        data = orjson.dumps(obj, default=str, option=orjson.OPT_APPEND_NEWLINE)
-        return data if self._redact is None else self._redact(data)
-
-    def _append_events(self, data: bytes, changes: Mapping[str, Mapping[str, Any]] | None) -> None:
-        with self._lock:
-            self._check()
-            _files.write_all(self._events_fd, data)
-            if self._strict:
-                os.fsync(self._events_fd)
-            else:
-                self._dirty = True
-            self._events_size += len(data)
-            for rid, fields in (changes or {}).items():
-                self._pending.setdefault(rid, {}).update(fields)
-
-    def _touched(self) -> None:
-        if not self._strict:
-            self._dirty = True
-
-    def _check(self) -> None:
-        if self._error is not None:
-            raise StoreError(
-                f"the batch store's background flush failed: {self._error!r}"
-            ) from self._error
-
-    def _commit(self, *, sync: bool) -> None:
-        # One committer at a time, and the capture inside the db lock, so a later
-        # commit never lands before an earlier one. The sync comes first so the index
-        # never claims events that a machine crash could still take back.
-        with self._db_lock:
-            with self._lock:
-                pending, self._pending = self._pending, {}
-                offset, dirty = self._events_size, self._dirty
-                self._dirty = False
-            if sync and dirty:
-                _files.sync_filesystem(self._dir_fd)
-            if pending or offset != self._committed:
-                _index.apply_changes(self._db, pending, offset)
-                self._committed = offset
-
     def _flush_loop(self) -> None:
         while not self._stop.wait(self._window):
             try:
@@ -507,7 +397,7 @@ class BatchStore:
         reader = _index.connect(os.path.join(self.path, "index.sqlite"), write=False)
         try:
             reader.execute("BEGIN")
-            counts = _index.count_rows(reader, {}, "status")
+            counts = _index.count_rows(reader, "", (), "status")
             head = {"layout_version": LAYOUT_VERSION, "updated_at": time.time(), "counts": counts}
             yield self._encode(head)[:-2] + b',"rollouts":[\n'
             rows = reader.execute(f"SELECT {', '.join(_SNAPSHOT)} FROM rollouts ORDER BY seq")
@@ -547,26 +437,3 @@ class BatchStore:
         ).fetchone()[0]
         if lost:
             _recover.restate_lost_log(self, lost, warn)
-
-    def _close_handles(self, *, keep_lock: bool = False) -> None:
-        os.close(self._events_fd)
-        if not keep_lock:
-            os.close(self._dir_fd)
-        self._db.close()
-
-
-def _lock_dir(path: str, durability: str) -> int:
-    """Open the output directory and hold an exclusive lock on it while writing.
-
-    Two writers would interleave their events and undo each other's index rows; the
-    lock goes with the process, so a killed runner never blocks its resume.
-    """
-    if durability not in ("default", "strict"):
-        raise ValueError(f"durability is 'default' or 'strict', not {durability!r}")
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreError(f"{path} is open for writing by another process") from None
-    return fd

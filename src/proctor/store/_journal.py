@@ -1,0 +1,144 @@
+"""`Journal`: the write side a `BatchStore` shares with its recorders and its recovery.
+
+It holds the open output directory (its lock, `events.jsonl`, the index connection) and
+the one path every write takes: encode (and redact), hand to the kernel, mark for the
+next group commit, and commit the index behind the log. `BatchStore` adds opening,
+closing and the background flush; `RolloutRecorder` and `_recover` write through this
+class alone, so neither needs the store (no import circle).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import orjson
+
+from .._errors import StoreError
+from . import _files, _index
+
+__all__ = ["Durability", "Journal", "Redact", "lock_dir"]
+
+Durability = Literal["default", "strict"]
+Redact = Callable[[bytes], bytes]
+
+
+class Journal:
+    """An output directory open for writing: its event log, its index and its files.
+
+    Calls are thread-safe; each returns once its bytes are with the kernel (and, in
+    `strict` mode, on disk).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        batch: dict[str, Any],
+        *,
+        dir_fd: int,
+        durability: Durability,
+        redact: Redact | None,
+    ) -> None:
+        self.path = path
+        self.batch = batch
+        self.durability: Durability = durability
+        self._strict = durability == "strict"
+        self._redact = redact
+        self._rollouts = os.path.join(path, "rollouts")
+        self._lock = threading.Lock()
+        self._db_lock = threading.Lock()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._dirty = False
+        self._error: BaseException | None = None
+        self._closed = False
+        self._events_path = os.path.join(path, "events.jsonl")
+        self._events_fd = os.open(
+            self._events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
+        self._events_size = os.fstat(self._events_fd).st_size
+        self._dir_fd = dir_fd
+        self._db = _index.connect(os.path.join(path, "index.sqlite"), write=True)
+        self._next_seq = self._db.execute(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"
+        ).fetchone()[0]
+        self._committed = _index.get_offset(self._db)
+        self._reopened = False
+
+    def event(self, type: str, **data: Any) -> None:
+        """Append a batch event (`{"t": time, "type": type, **data}`) to `events.jsonl`."""
+        self._append_events(self._encode({"t": time.time(), "type": type, **data}), None)
+
+    def flush(self) -> None:
+        """Commit the index now; in `default` mode also sync the filesystem first."""
+        self._check()
+        self._commit(sync=not self._strict)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _encode(self, obj: Any) -> bytes:
+        data = orjson.dumps(obj, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        return data if self._redact is None else self._redact(data)
+
+    def _append_events(self, data: bytes, changes: Mapping[str, Mapping[str, Any]] | None) -> None:
+        with self._lock:
+            self._check()
+            _files.write_all(self._events_fd, data)
+            if self._strict:
+                os.fsync(self._events_fd)
+            else:
+                self._dirty = True
+            self._events_size += len(data)
+            for rid, fields in (changes or {}).items():
+                self._pending.setdefault(rid, {}).update(fields)
+
+    def _touched(self) -> None:
+        if not self._strict:
+            self._dirty = True
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise StoreError(
+                f"the batch store's background flush failed: {self._error!r}"
+            ) from self._error
+
+    def _commit(self, *, sync: bool) -> None:
+        # One committer at a time, and the capture inside the db lock, so a later
+        # commit never lands before an earlier one. The sync comes first so the index
+        # never claims events that a machine crash could still take back.
+        with self._db_lock:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+                offset, dirty = self._events_size, self._dirty
+                self._dirty = False
+            if sync and dirty:
+                _files.sync_filesystem(self._dir_fd)
+            if pending or offset != self._committed:
+                _index.apply_changes(self._db, pending, offset)
+                self._committed = offset
+
+    def _close_handles(self, *, keep_lock: bool = False) -> None:
+        os.close(self._events_fd)
+        if not keep_lock:
+            os.close(self._dir_fd)
+        self._db.close()
+
+
+def lock_dir(path: str, durability: str) -> int:
+    """Open the output directory and hold an exclusive lock on it while writing.
+
+    Two writers would interleave their events and undo each other's index rows; the
+    lock goes with the process, so a killed runner never blocks its resume.
+    """
+    if durability not in ("default", "strict"):
+        raise ValueError(f"durability is 'default' or 'strict', not {durability!r}")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(f"{path} is open for writing by another process") from None
+    return fd
