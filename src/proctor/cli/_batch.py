@@ -117,7 +117,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     """Print the plan of `args.config` as JSON; 0 if `--execute` would launch, else 1."""
     import asyncio
 
-    from ..batch._plan import aplan
+    from ..batch import aplan
     from ._common import run_async
 
     try:
@@ -177,25 +177,24 @@ def cmd_batch_execute(args: argparse.Namespace) -> int:
 def cmd_batch_resume(args: argparse.Namespace) -> int:
     """Continue the batch in `--resume OUT`."""
     from ..batch import resume
-    from ..batch._retry import parse_where
 
     if args.config is not None or args.execute or args.output_dir:
         raise CLIError("--resume OUT takes no CONFIG, --execute or --output-dir")
-    if args.retry_where is not None:
-        try:
-            parse_where(args.retry_where)
-        except ValueError as exc:
-            raise CLIError(str(exc)) from None
-    return _finish(
-        lambda: resume(
-            args.resume,
-            retry_errors=args.retry_errors,
-            retry=args.retry,
-            retry_where=args.retry_where,
-            view=None if args.quiet else sys.stderr,
-            durability=args.durability,
+    try:
+        return _finish(
+            lambda: resume(
+                args.resume,
+                retry_errors=args.retry_errors,
+                retry=args.retry,
+                retry_where=args.retry_where,
+                view=None if args.quiet else sys.stderr,
+                durability=args.durability,
+            )
         )
-    )
+    except ValueError as exc:  # a bad filter, refused before anything is opened
+        if not str(exc).startswith("--retry-where:"):
+            raise
+        raise CLIError(str(exc)) from None
 
 
 def _finish(run: Callable[[], Any]) -> int:
@@ -301,7 +300,7 @@ def cmd_batch_reconcile(args: argparse.Namespace) -> int:
 
 def cmd_batch_schema(args: argparse.Namespace) -> int:
     """Print the JSON schema of a batch config."""
-    from ..batch._config import BatchConfig
+    from ..batch import BatchConfig
     from ._common import print_json
 
     print_json(BatchConfig.model_json_schema())
