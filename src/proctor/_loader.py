@@ -15,9 +15,16 @@ from typing import TYPE_CHECKING, Any
 from ._errors import SourceError
 
 if TYPE_CHECKING:
-    from .env._environment import Environment
+    from .env import Environment
 
-__all__ = ["find_environment", "load_agent", "load_module", "load_object", "source_modules"]
+__all__ = [
+    "find_environment",
+    "load_agent",
+    "load_module",
+    "load_object",
+    "source_modules",
+    "task_modules",
+]
 
 _LOADED: dict[Path, ModuleType] = {}
 
@@ -268,7 +275,7 @@ def find_environment(
     Raises:
         SourceError: the source fails to load, or holds no (or no such) environment.
     """
-    from .env._environment import Environment
+    from .env import Environment
 
     envs: dict[str, Environment] = {}
     for module in source_modules(source, compat=compat):

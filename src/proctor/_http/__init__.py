@@ -6,7 +6,7 @@ build on it. Built on asyncio protocols (uvloop works too) for speed.
 
 from .._errors import Abort
 from ._client import ClientResponse, HttpClient
-from ._headers import Headers
+from ._headers import Headers, HeaderSource, as_pairs
 from ._limits import HttpLimits
 from ._message import Handler, Request, Response, Screen, Share
 from ._server import HttpServer
@@ -16,6 +16,7 @@ __all__ = [
     "Abort",
     "ClientResponse",
     "Handler",
+    "HeaderSource",
     "Headers",
     "HttpClient",
     "HttpLimits",
@@ -26,5 +27,6 @@ __all__ = [
     "SSEParser",
     "Screen",
     "Share",
+    "as_pairs",
     "format_sse",
 ]

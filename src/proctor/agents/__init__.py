@@ -5,7 +5,7 @@ from .._public import publish
 from ._agent import Agent, FunctionAgent, ScriptedAgent, agent_from_fn
 from ._command import CommandAgent
 from ._computer_agent import ComputerAgent, ComputerStats
-from ._run import Run, RunStatus
+from ._run import JudgeEndpoint, Run, RunStatus
 from ._tool_agent import ToolAgent
 from ._tools import Tool, ToolResult, command_tool, function_tool, mcp_tools, run_tools, shell_tool
 
@@ -15,6 +15,7 @@ __all__ = [
     "ComputerAgent",
     "ComputerStats",
     "FunctionAgent",
+    "JudgeEndpoint",
     "Run",
     "RunStatus",
     "ScriptedAgent",

@@ -31,7 +31,7 @@ from ._plan_models import credentials
 
 if TYPE_CHECKING:
     from ..proxy import InterceptionProxy, SharedBudget
-    from ..records._task import Task
+    from ..records import Task
     from ..runtimes import Runtime
 
 __all__ = ["Setup", "redactor", "secret_values"]
@@ -162,7 +162,7 @@ def _load_environment(config: BatchConfig, names: set[str]) -> None:
     """Define the rows' environment in this process too (if the taskset's import did
     not), so its group rewards can run here once a group has ended."""
     from .._loader import find_environment
-    from ..env._environment import registered
+    from ..env import registered
 
     source = config.env_source()
     if source is None or all(registered(name) for name in names):

@@ -3,12 +3,14 @@
 from .._public import publish
 from ._client import EnvClient, Manifest, connect
 from ._framing import MAX_FRAME
+from ._messages import METHOD_NOT_FOUND
 from ._server import DEFAULT_PARK_TTL, MAX_FIRST_FRAME, EnvServer
 
 __all__ = [
     "DEFAULT_PARK_TTL",
     "MAX_FIRST_FRAME",
     "MAX_FRAME",
+    "METHOD_NOT_FOUND",
     "EnvClient",
     "EnvServer",
     "Manifest",

@@ -4,9 +4,10 @@ from .._public import publish
 from . import _graders as graders
 from . import _group_rewards as group_rewards
 from ._browser import BrowserServer
+from ._computer_actions import validate_actions
 from ._computer_client import DesktopClient, Frame
 from ._desktop import DesktopServer
-from ._environment import Environment
+from ._environment import Environment, registered
 from ._judge import Judge
 from ._rewards import GradeContext, GroupMember, GroupReward, TaskView, evaluate_group
 from ._runner import TaskRunner
@@ -38,6 +39,8 @@ __all__ = [
     "evaluate_group",
     "graders",
     "group_rewards",
+    "registered",
+    "validate_actions",
 ]
 
 publish(

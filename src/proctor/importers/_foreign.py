@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._environ import allowed_environ
-from ..records._task import Task
-from ..runtimes._subprocess import TOKEN_ENV
+from ..records import Task
+from ..runtimes import TOKEN_ENV
 from ._shared_child import SharedChildRuntime
 
 if TYPE_CHECKING:
-    from ..env._environment import Environment
+    from ..env import Environment
     from ._source import Source
 
 __all__ = ["Foreign", "child_main"]
@@ -199,7 +199,7 @@ def child_main(
         for row in found:
             sys.stdout.write(row.model_dump_json(exclude_defaults=True) + "\n")
         return 0
-    from ..channel._serve import serve
+    from ..serve import serve
 
     token = os.environ.pop(TOKEN_ENV, None)
     asyncio.run(serve(environment(args.target, options), token=token))

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..records._task import Task
+from ..records import Task
 from ._folder_files import folder_files, read_file, read_text
 from ._harbor_toml import HarborConfig, read_config
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError
-from ..runtimes._base import Endpoint, Runtime
+from ..runtimes import Endpoint, Runtime
 from ..runtimes._container import SOCKET, ContainerRuntime, Engine, resolve_engine
 from ._harbor_image import build_harbor_image
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["CAPABILITIES", "HARBOR_SOURCE", "HarborRuntime"]
 

@@ -23,8 +23,8 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from ..env._environment import Environment
-from ..records._task import Task
+from ..env import Environment
+from ..records import Task
 
 __all__ = ["inspect_environment", "inspect_rows", "load_tasks"]
 

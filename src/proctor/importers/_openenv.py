@@ -25,8 +25,8 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..env._environment import Environment
-from ..records._task import Task
+from ..env import Environment
+from ..records import Task
 from ._folder_files import read_text
 from ._openenv_session import Aggregate, Episodes, OpenEnvServer, OpenEnvSession
 

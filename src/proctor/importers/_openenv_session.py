@@ -9,7 +9,7 @@ import socket
 import urllib.request
 from typing import Any, Literal
 
-from ..records._records import Grade
+from ..records import Grade
 
 __all__ = ["Aggregate", "Episodes", "OpenEnvServer", "OpenEnvSession"]
 

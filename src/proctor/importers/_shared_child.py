@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING
 
-from ..runtimes._base import Endpoint, Runtime
-from ..runtimes._subprocess import SubprocessRuntime
+from ..runtimes import Endpoint, Runtime, SubprocessRuntime
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["SharedChildRuntime"]
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from ._harbor import harbor_tasks, task_dirs
 
 if TYPE_CHECKING:
-    from ..env._environment import Environment
-    from ..records._task import Task
-    from ..runtimes._base import RuntimeLike
+    from ..env import Environment
+    from ..records import Task
+    from ..runtimes import RuntimeLike
 
 __all__ = ["Source", "detect"]
 

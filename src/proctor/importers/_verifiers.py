@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..env._environment import Environment
-from ..records._task import Task
+from ..env import Environment
+from ..records import Task
 from ._foreign import child_main
 
 __all__ = ["main"]

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..env._environment import Environment
-from ..records._task import Task
+from ..env import Environment
+from ..records import Task
 
 __all__ = ["load_taskset", "verifiers_environment", "verifiers_rows"]
 

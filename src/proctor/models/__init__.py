@@ -18,6 +18,7 @@ from ._content import IMAGE_TYPES, OMITTED, ImagePart, TextPart, content_parts
 from ._context import CHECKPOINT, ContextPolicy, compact, drop_frames
 from ._names import Api, ModelSpec, parse_model
 from ._pricing import Price, cost, price_of, pricing_date
+from ._profiles import ModelProfile, load_profiles, model_profile, model_profiles, register_profile
 from ._retry import RetryPolicy
 from ._types import Attempt, ModelClient, ModelResponse, ToolCall, ToolSpec, Usage
 
@@ -32,6 +33,7 @@ __all__ = [
     "ContextPolicy",
     "ImagePart",
     "ModelClient",
+    "ModelProfile",
     "ModelResponse",
     "ModelSpec",
     "Price",
@@ -46,10 +48,14 @@ __all__ = [
     "content_parts",
     "cost",
     "drop_frames",
+    "load_profiles",
     "model_client",
+    "model_profile",
+    "model_profiles",
     "parse_model",
     "price_of",
     "pricing_date",
+    "register_profile",
 ]
 
 # FakeClock moved up to the shipped test helpers; the alias imports it only when asked.

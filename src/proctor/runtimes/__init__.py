@@ -7,9 +7,10 @@ from ._image import python_image
 from ._local import LocalRuntime, find_environment
 from ._ray import RayRuntime
 from ._sandbox import SandboxRuntime
-from ._subprocess import SubprocessRuntime
+from ._subprocess import TOKEN_ENV, SubprocessRuntime
 
 __all__ = [
+    "TOKEN_ENV",
     "ContainerRuntime",
     "Endpoint",
     "LocalRuntime",

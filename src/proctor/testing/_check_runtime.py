@@ -18,16 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ChannelError, RemoteError
 from ..channel._client import connect, dialer_for
-from ..engine._rollout import rollout
-from ..engine._timeouts import Timeouts
-from ..records._task import Task
-from ..runtimes._base import Endpoint, UrlRuntime
+from ..engine import Timeouts, rollout
+from ..records import Task
+from ..runtimes import Endpoint, UrlRuntime
 from .conformance_env import process_identity, starttime
 
 if TYPE_CHECKING:
-    from ..agents._agent import Agent
-    from ..agents._run import Run
-    from ..runtimes._base import RuntimeLike
+    from ..agents import Agent, Run
+    from ..runtimes import RuntimeLike
 
 __all__ = ["RUNTIME_CHECKS", "RuntimeReport", "check_runtime"]
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..channel._splice import host_port
+from .._urls import host_port
 
 __all__ = ["check_env_server"]
 

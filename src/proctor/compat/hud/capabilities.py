@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...env._types import Capability as _Capability
+from ...env import Capability as _Capability
 from .._scope import unsupported
 
 __all__ = ["Capability"]

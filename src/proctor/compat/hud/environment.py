@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ...env._environment import Environment as _Environment
-from ...env._types import Answer
-from ...env._types import Capability as _Capability
+from ...env import Answer
+from ...env import Capability as _Capability
+from ...env import Environment as _Environment
 from .._scope import unsupported
 from .._workspace import Workspace
 from .capabilities import Capability

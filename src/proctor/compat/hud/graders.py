@@ -18,7 +18,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ...records._records import Grade
+from ...records import Grade
 from .._scope import unsupported
 
 __all__ = ["BashGrader", "EvaluationResult", "Grader", "SubScore", "combine"]
