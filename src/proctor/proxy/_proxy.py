@@ -24,6 +24,7 @@ from .._http import HttpClient, HttpLimits, HttpServer, Request, Response, Share
 from ..models._clock import Clock
 from ..models._names import Api, ModelSpec, parse_model
 from ..models._retry import Retrier, RetryPolicy
+from ..models._sigv4 import AwsSigner, aws_signer
 from ._quotas import NO_HOLD, Hold, SessionQuotas
 from ._session import WAIT, ModelLimits, ProxySession, SharedBudget, _KeyState
 from ._turn import Turn, down_headers, error_response
@@ -54,6 +55,8 @@ class Upstream:
             `https://api.anthropic.com`).
         kind: `openai` (chat, responses, models) or `anthropic` (messages).
         api_key: the real key; kept out of repr, traces and logs.
+        signer: signs each attempt with AWS SigV4 (a `mantle/` upstream) with the
+            driver's credentials, which never reach the harness; out of repr.
         model: when set, replaces the `model` of every forwarded request.
     """
 
@@ -61,6 +64,7 @@ class Upstream:
     kind: str = "openai"
     api_key: str | None = field(default=None, repr=False)
     model: str | None = None
+    signer: AwsSigner | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in ("openai", "anthropic"):
@@ -71,7 +75,8 @@ class Upstream:
         """An upstream from a base URL (OpenAI-compatible), a model string or a spec.
 
         A model string's kind follows its API (`anthropic/...` serves `/v1/messages`)
-        and its key is read from its provider's environment variable now.
+        and its key is read from its provider's environment variable now; a SigV4
+        one (`mantle/...@url`) gets a signer from the AWS standard chain now.
         """
         if isinstance(target, Upstream):
             return target
@@ -79,8 +84,11 @@ class Upstream:
             return cls(target)
         spec = parse_model(target) if isinstance(target, str) else target
         key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        if spec.api == "converse":
+            raise ValueError(f"{target!r}: a Bedrock Converse model cannot be a proxy upstream")
         kind = "anthropic" if spec.api == "messages" else "openai"
-        return cls(spec.base_url, kind, key, spec.model)
+        signer = aws_signer() if spec.auth == "sigv4" else None
+        return cls(spec.base_url, kind, key, spec.model, signer)
 
     def url(self, path: str) -> str:
         """The provider URL for a proxy path such as `/v1/chat/completions` (as its SDK
@@ -94,6 +102,14 @@ class Upstream:
         """The provider's authentication headers (and Anthropic's default version)."""
         api: Api = "messages" if self.kind == "anthropic" else "chat"
         return ModelSpec("", self.model or "", api, self.base_url, None).auth_headers(self.api_key)
+
+    def signed(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes
+    ) -> list[tuple[str, str]]:
+        """`headers` as one attempt sends them: signed now when the upstream signs."""
+        if self.signer is None:
+            return headers
+        return self.signer.sign(method, url, headers, body)
 
 
 class InterceptionProxy:
@@ -300,9 +316,9 @@ class InterceptionProxy:
         if upstream is None:
             return Response.json({"object": "list", "data": []})
         try:
-            async with await self._client.request(
-                "GET", upstream.url("/v1/models"), headers=list(upstream.auth().items())
-            ) as resp:
+            url = upstream.url("/v1/models")
+            headers = upstream.signed("GET", url, list(upstream.auth().items()), b"")
+            async with await self._client.request("GET", url, headers=headers) as resp:
                 data = await resp.read()
         except HttpError as exc:
             return error_response("chat", 502, f"upstream unreachable: {exc}", "upstream_error")

@@ -122,9 +122,8 @@ class Turn:
         """One attempt: the answer to give, or the seconds to wait before the next."""
         t0 = self.retrier.clock.now()
         try:
-            resp = await self.client.request(
-                "POST", self.url, headers=self.headers, body=self.payload
-            )
+            headers = self.upstream.signed("POST", self.url, self.headers, self.payload)
+            resp = await self.client.request("POST", self.url, headers=headers, body=self.payload)
         except HttpError as exc:
             return self._retry("transport", None, str(exc), t0, f"upstream unreachable: {exc}")
         if 200 <= resp.status < 300 and self.stream:
