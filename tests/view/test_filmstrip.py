@@ -20,7 +20,8 @@ from PIL import Image
 from playwright.async_api import Page, expect
 from view_helpers import HOSTILE, HOSTILE_SCRIPT, Assignment, proctor_view
 
-from proctor.batch import BatchStore
+from proctor.batch import BatchStore, aexecute, list_rollouts
+from proctor.testing import FakeModelServer, Reply
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -213,3 +214,71 @@ async def test_a_running_rollouts_page_shows_its_newest_frame_as_it_comes(
             rec.finish("completed", answer="done", reward=1.0)
             await expect(live).to_have_attribute("data-ended", "1")
             await expect(live.locator(".live-state")).to_contain_text("completed (ended)")
+            unknown = await page.request.get(view.at("/api/b/live/r/nope/frame"))
+            assert unknown.status == 404
+
+
+# -- end to end: a ComputerAgent batch through the proxy --------------------------------
+
+DESKTOP_ENV = """
+from proctor import Environment
+
+screen = Environment("screen")
+desktop = screen.add_desktop(320, 200)
+
+
+@screen.template
+async def look():
+    yield "Click the middle of the screen, then say done."
+    yield 1.0
+"""
+
+COMPUTER_AGENT = """
+from proctor.agents import ComputerAgent
+
+
+async def computer(run):
+    await ComputerAgent("openai/gpt-4.1-mini")(run)
+"""
+
+
+def _computer_batch(root: Path, fake: FakeModelServer) -> Path:
+    root.mkdir(parents=True)
+    (root / "env.py").write_text(DESKTOP_ENV)
+    (root / "agents.py").write_text(COMPUTER_AGENT)
+    (root / "tasks.json").write_text(json.dumps([{"env": "screen", "id": "look", "slug": "look"}]))
+    config = root / "desk.toml"
+    config.write_text(
+        'name = "desk"\nmax_concurrent = 1\nexpected_rollouts = 1\n[taskset]\nsource = "tasks.json"\nenv_source = "env.py"\n'
+        '[runtime]\nkind = "local"\ntrusted = true\n[timeouts]\nrollout = 60\n'
+        f'[[agents]]\nkind = "python"\nagent = "agents.py:computer"\n'
+        f'model = "openai/gpt-4.1-mini@{fake.url}"\n'
+    )
+    return config
+
+
+async def test_a_computer_agents_batch_shows_its_frames_and_clicks(
+    page: Page, tmp_path: Path
+) -> None:
+    click = {"type": "click", "x": 160, "y": 100, "button": "left", "count": 1}
+    script = [Reply.actions(click), Reply.actions({"type": "done"})]
+    async with FakeModelServer(script, models=("gpt-4.1-mini",)) as fake:
+        out = tmp_path / "desk"
+        result = await aexecute(_computer_batch(tmp_path / "work", fake), out)
+    assert result.launched, result
+    (row,) = list_rollouts(out)
+    assert row["status"] == "completed", row
+    async with proctor_view(out, log_dir=tmp_path) as view:
+        await page.goto(view.at(f"/b/desk/r/{row['id']}"))
+        cells = page.locator("#filmstrip figure.frame")
+        await expect(cells).to_have_count(2)
+        first, second = await cells.all()
+        await expect(first).to_have_attribute("data-turn", "1")
+        marker = first.locator("a.frame-open g.mark-click")
+        await expect(marker).to_have_attribute("data-x", "160")
+        await expect(marker).to_have_attribute("data-y", "100")
+        await expect(second.locator("figcaption .note")).to_have_text("done")
+        loaded = await first.locator("a.frame-open svg image").evaluate(
+            "i => fetch(i.getAttribute('href')).then(r => r.status)"
+        )
+        assert loaded == 200
