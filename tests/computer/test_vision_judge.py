@@ -21,14 +21,16 @@ from PIL import Image
 
 from proctor import Environment, Task, rollout
 from proctor.agents import Run
-from proctor.env import DesktopClient, graders
+from proctor.env import DesktopClient, Frame, graders
 from proctor.env._judge import Judge
+from proctor.models import ImagePart
 from proctor.proxy import InterceptionProxy, Upstream
 from proctor.records import Trace
 from proctor.runtimes import LocalRuntime
 from proctor.testing import FakeModelServer, FakeRequest, Reply
 
 GREEN = (0, 255, 0)
+W, H = 320, 200
 POINT = (50, 50)
 RUBRIC = "Full marks when the result looks like the reference."
 APP = (
@@ -38,7 +40,7 @@ APP = (
 )
 
 
-def _png(colour: tuple[int, int, int], size: tuple[int, int] = (320, 200)) -> bytes:
+def _png(colour: tuple[int, int, int], size: tuple[int, int] = (W, H)) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", size, colour).save(out, "PNG")
     return out.getvalue()
@@ -160,3 +162,11 @@ async def test_the_final_frame_of_a_desktop_is_judged_against_the_reference(
     assert [i.media_type for i in asked.images] == ["image/png", "image/png"]
     judged = [s for s in run.trace.steps if s.kind == "model_turn"]
     assert len(judged) == 1 and judged[0].data is not None and judged[0].data["judge"] is True
+
+
+async def test_an_image_part_and_a_frame_are_images_too(vision: FakeModelServer, judge: Judge):
+    part = ImagePart("image/png", data=_png(GREEN))
+    frame = Frame(_png(GREEN), "png", W, H, (0, 0))
+    reward = graders.judge("m", RUBRIC, image=lambda run: frame, reference=part)
+    assert await reward(prompt="p", answer="a", task=None, judge=judge) == 1.0
+    assert [i.media_type for i in vision.requests[-1].images] == ["image/png"] * 2
