@@ -20,6 +20,7 @@ from ._names import Api, ModelSpec, parse_model
 from ._pricing import Price, cost, price_of, pricing_date
 from ._profiles import ModelProfile, load_profiles, model_profile, model_profiles, register_profile
 from ._retry import RetryPolicy
+from ._sigv4 import AwsSigner, aws_signer
 from ._types import Attempt, ModelClient, ModelResponse, ToolCall, ToolSpec, Usage
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "REQUEST_CEILINGS",
     "Api",
     "Attempt",
+    "AwsSigner",
     "Clock",
     "ContextPolicy",
     "ImagePart",
@@ -44,6 +46,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "aws_client",
+    "aws_signer",
     "compact",
     "content_parts",
     "cost",

@@ -17,7 +17,8 @@ from .._errors import HttpConnectError, HttpReadError, HttpTimeout, ModelError
 from ._clock import Clock, SystemClock
 from ._context import ContextPolicy, compact, drop_frames, history_bytes
 from ._names import PROVIDERS, Api, ModelSpec, parse_model
-from ._pricing import price_of
+from ._pricing import Price, price_of
+from ._profiles import PROFILE_PREFIX, ModelProfile, model_profile
 from ._retry import HeaderLookup, Outcome, Retrier, RetryPolicy, classify_status, retry_after_from
 from ._types import Message, ModelResponse, ToolSpec
 from ._wire import brief, check_response, parse_response, usage_from
@@ -102,7 +103,7 @@ class ProviderAdapter(ABC):
         self.max_request_bytes = max_request_bytes or REQUEST_CEILINGS.get(spec.provider)
         self.params = dict(params)
         self._rng = rng
-        self._price = price_of(spec.model)
+        self._price: Price | None = price_of(spec.model)
 
     @abstractmethod
     def body(
@@ -307,7 +308,8 @@ def model_client(
     contract is ours.
 
     Args:
-        spec: `provider/model[@base_url][?api=...]`.
+        spec: `provider/model[@base_url][?api=...]`, or `profile:NAME@VERSION` (a
+            model profile: its settings are the defaults of the arguments below).
         api_key: the key; default from the provider's variable (`OPENAI_API_KEY`,
             `ANTHROPIC_API_KEY`, ...). Keyless servers get a placeholder.
         retry: the retry policy.
@@ -328,7 +330,14 @@ def model_client(
         ModelError: no API key for a provider that needs one.
         ImportError: the provider's SDK is not installed (names the extra).
     """
-    parsed = parse_model(spec)
+    pinned = None
+    if spec.strip().startswith(PROFILE_PREFIX):
+        pinned = model_profile(spec)
+        context = context if context is not None else pinned.context
+        cache_prompt = cache_prompt and pinned.cache_prompt
+        params = {**pinned.params, **(params or {})}
+        max_request_bytes = max_request_bytes or pinned.max_request_bytes
+    parsed = parse_model(spec if pinned is None else pinned.model)
     if max_request_bytes is not None and max_request_bytes <= 0:
         raise ValueError(f"max_request_bytes must be > 0, not {max_request_bytes!r}")
     key = _api_key(parsed, api_key)
@@ -346,15 +355,29 @@ def model_client(
         if parsed.api == "messages":
             from ._anthropic import MessagesAdapter
 
-            return MessagesAdapter(spec, parsed, cache_prompt=cache_prompt, **sdk, **common)
+            return _pin(
+                MessagesAdapter(spec, parsed, cache_prompt=cache_prompt, **sdk, **common), pinned
+            )
         from ._openai import ChatAdapter, ResponsesAdapter
         from ._openrouter import OpenRouterResponsesAdapter
     except ImportError as exc:
         raise ImportError(f"{extra} is not installed: pip install 'proctor[{extra}]'") from exc
+    adapter: ProviderAdapter
     if parsed.api == "responses" and parsed.provider in _OPENROUTER:
-        return OpenRouterResponsesAdapter(spec, parsed, cache_prompt=cache_prompt, **sdk, **common)
-    cls = ResponsesAdapter if parsed.api == "responses" else ChatAdapter
-    return cls(spec, parsed, **sdk, **common)
+        adapter = OpenRouterResponsesAdapter(
+            spec, parsed, cache_prompt=cache_prompt, **sdk, **common
+        )
+    else:
+        cls = ResponsesAdapter if parsed.api == "responses" else ChatAdapter
+        adapter = cls(spec, parsed, **sdk, **common)
+    return _pin(adapter, pinned)
+
+
+def _pin(adapter: ProviderAdapter, profile: ModelProfile | None) -> ProviderAdapter:
+    """The adapter, priced as its profile says."""
+    if profile is not None and profile.price is not None:
+        adapter._price = profile.price
+    return adapter
 
 
 def _api_key(spec: ModelSpec, explicit: str | None) -> str:

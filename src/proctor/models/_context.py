@@ -59,6 +59,9 @@ class ContextPolicy:
         bytes_per_token: the estimate used when no token count is known.
         max_frames: keep at most this many images (reference images not counted; the
             newest is always kept), dropping the oldest first.
+        max_turns: compact when more than this many completed turns follow the task
+            (a turn: an assistant message with its tool results, or any other message).
+        max_messages: compact when the history holds more than this many messages.
 
     Raises:
         ValueError: a field is out of range.
@@ -71,13 +74,15 @@ class ContextPolicy:
     outcome_chars: int = 300
     bytes_per_token: float = 4.0
     max_frames: int | None = None
+    max_turns: int | None = None
+    max_messages: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.target <= 1:
             raise ValueError(f"ContextPolicy.target must be within (0, 1], not {self.target!r}")
         if self.max_frames is not None and self.max_frames < 0:
             raise ValueError(f"ContextPolicy.max_frames must be >= 0, not {self.max_frames!r}")
-        for name in ("max_bytes", "max_tokens"):
+        for name in ("max_bytes", "max_tokens", "max_turns", "max_messages"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ContextPolicy.{name} must be > 0, not {value!r}")
@@ -144,12 +149,22 @@ def drop_frames(
 def needs_compaction(
     messages: list[Message], policy: ContextPolicy, *, input_tokens: int | None = None
 ) -> bool:
-    """Whether `messages` exceed the policy's byte or token limit."""
+    """Whether `messages` exceed the policy's byte, token, turn or message limit."""
+    return _over_size(messages, policy, input_tokens) or _over_count(messages, policy)
+
+
+def _over_size(messages: list[Message], policy: ContextPolicy, input_tokens: int | None) -> bool:
     size = history_bytes(messages)
     if policy.max_bytes is not None and size > policy.max_bytes:
         return True
     tokens = input_tokens if input_tokens is not None else size / policy.bytes_per_token
     return policy.max_tokens is not None and tokens > policy.max_tokens
+
+
+def _over_count(messages: list[Message], policy: ContextPolicy) -> bool:
+    if policy.max_messages is not None and len(messages) > policy.max_messages:
+        return True
+    return policy.max_turns is not None and len(_split(messages)[2]) > policy.max_turns
 
 
 def compact(
@@ -161,9 +176,10 @@ def compact(
 ) -> list[Message]:
     """`messages` with the oldest steps folded into a checkpoint, when over the limit.
 
-    Drops the fewest oldest units that bring the history under `target` times the
-    limit (or times its current size, whichever is smaller). The newest unit is
-    always kept; when it alone is too big, the checkpoint keeps fewer outcomes.
+    Drops the fewest oldest units that bring the history under `target` times each
+    limit it exceeds (bytes: times the limit or its current size, whichever is
+    smaller; a count limit: `target` times that many turns or messages). The newest
+    unit is always kept; when it alone is too big, the checkpoint keeps fewer outcomes.
     Returns a copy of `messages` unchanged when under the limit and not `force`d,
     or when there is nothing to drop.
 
@@ -173,12 +189,17 @@ def compact(
         input_tokens: the last known prompt size in tokens, if any.
         force: compact even under the limit (e.g. after a 413).
     """
-    if not force and not needs_compaction(messages, policy, input_tokens=input_tokens):
+    by_size = force or _over_size(messages, policy, input_tokens)
+    by_count = _over_count(messages, policy)
+    if not by_size and not by_count:
         return list(messages)
     head, prior, units = _split(messages)
     if len(units) < 2:
         return list(messages)
     budget = policy.target * min(history_bytes(messages), policy.limit_bytes())
+    if not by_size:
+        budget = math.inf
+    turns, tail_messages = _count_budgets(policy, len(head)) if by_count else (None, None)
     dropped_before, outcomes = _read_checkpoint(prior)
     newest = _newest_image(messages)
     fixed = sum(_bytes(m) for m in head) + 1 + len(head) + 1  # brackets and commas
@@ -189,16 +210,30 @@ def compact(
     def size(k: int, kept: list[str]) -> int:
         return fixed + _bytes(_checkpoint(dropped_before + k, kept, carried)) + sum(rest[k:])
 
+    def counted(k: int) -> bool:
+        fewer_turns = turns is None or len(units) - k <= turns
+        after = sum(len(unit) for unit in units[k:])
+        return fewer_turns and (tail_messages is None or after <= tail_messages)
+
     for k in range(1, len(units)):
         outcomes += _outcomes(units[k - 1], policy.outcome_chars)
         carried = _kept_images(carried + _images(units[k - 1]), newest)
         kept = outcomes[-policy.keep_last :] if policy.keep_last else []
-        if size(k, kept) <= budget:
+        if size(k, kept) <= budget and counted(k):
             break
     while kept and size(k, kept) > budget:  # only the newest step is left: fewer outcomes
         kept = kept[1:]
     tail = [m for unit in units[k:] for m in unit]
     return [*head, _checkpoint(dropped_before + k, kept, carried), *tail]
+
+
+def _count_budgets(policy: ContextPolicy, head: int) -> tuple[int | None, int | None]:
+    """The turns and the messages after the checkpoint that a compaction keeps."""
+    turns = None if policy.max_turns is None else max(1, int(policy.target * policy.max_turns))
+    messages = None
+    if policy.max_messages is not None:
+        messages = max(1, int(policy.target * policy.max_messages) - head - 1)
+    return turns, messages
 
 
 def _images(messages: list[Message]) -> list[dict[str, Any]]:

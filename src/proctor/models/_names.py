@@ -99,7 +99,8 @@ def parse_model(spec: str) -> ModelSpec:
     `openai/gpt-5?api=responses`) the Responses API, `anthropic/claude-sonnet-4-5`
     Messages. `vllm/Qwen3-8B@http://127.0.0.1:8000/v1` points a known provider at a
     URL; any other `name/model@url` is an OpenAI-compatible server. The model part
-    may contain `/` (`openrouter/openai/gpt-4.1`).
+    may contain `/` (`openrouter/openai/gpt-4.1`). `profile:NAME@VERSION` is the
+    model string of that model profile.
 
     `bedrock/anthropic.claude-sonnet-4-5-20250929-v1:0` is Bedrock Converse in the AWS
     region of the standard configuration (`@https://...` overrides the endpoint);
@@ -110,6 +111,10 @@ def parse_model(spec: str) -> ModelSpec:
         ValueError: the string does not have that shape, names an unknown provider
             without a URL, or an unknown API.
     """
+    if isinstance(spec, str) and spec.strip().startswith("profile:"):
+        from ._profiles import model_profile  # a profile pins a model string
+
+        return parse_model(model_profile(spec).model)
     match = _SPEC.fullmatch(spec.strip()) if isinstance(spec, str) else None
     if match is None or "://" in match["model"]:
         raise ValueError(
