@@ -3,7 +3,9 @@
 Only variable names are ever reported, never their values. The catalog check reads
 `GET /v1/models` (paged for Anthropic) and nothing else: it spends no tokens, and a
 refusal is reported by its status alone, since providers quote part of the key in
-their error bodies.
+their error bodies. SigV4 models are always asked, signed with the AWS standard chain:
+`bedrock/` in the control plane's `GET /foundation-models` (which also says whether a
+model takes image input), `mantle/` in its endpoint's `GET /models`.
 """
 
 from __future__ import annotations
@@ -122,25 +124,42 @@ def keys_in_environment(config: BatchConfig) -> list[str]:
 # -- catalogs ---------------------------------------------------------------------------
 
 
-async def catalogs(config: BatchConfig) -> tuple[list[str], list[dict[str, Any]]]:
-    """Problems, and one record per catalog asked (URL, models wanted, models missing)."""
+async def catalogs(
+    config: BatchConfig, *, images: bool = False
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Problems, and one record per catalog asked (URL, models wanted, models missing).
+
+    `images`: the task set sends images, so each model must advertise image input
+    where its catalog says (Bedrock's does).
+    """
     from .._http import HttpClient
 
     groups: dict[_Where, list[str]] = {}
     for model in _enabled_models(config):
         spec = _spec(model)
         where = _Where(spec.base_url, spec.api, spec.api_key_env, _key_required(spec))
+        if spec.auth == "sigv4":
+            where = _Where(spec.base_url, spec.api, None, True, signed=True)
         groups.setdefault(where, []).append(spec.model)
     problems: list[str] = []
     records = []
     async with HttpClient(connect_timeout=CATALOG_TIMEOUT, read_timeout=CATALOG_TIMEOUT) as http:
         for where, wanted in groups.items():
-            record = await _catalog(http, where, sorted(set(wanted)))
+            wanted = sorted(set(wanted))
+            if where.signed:
+                record = await _signed_catalog(http, where, wanted, images)
+            else:
+                record = await _catalog(http, where, wanted)
             records.append(record)
             if record.get("error"):
                 problems.append(f"{record['url']}: {record['error']}")
             for model in record.get("missing", ()):
                 problems.append(f"model {model!r} is not in the catalog at {record['url']}")
+            for model in record.get("no_images", ()):
+                problems.append(
+                    f"model {model!r} does not advertise image input at {record['url']}, "
+                    "and the task set sends images"
+                )
     return problems, records
 
 
@@ -150,6 +169,7 @@ class _Where:
     api: str
     key_env: str | None
     required: bool
+    signed: bool = False
 
 
 async def _catalog(http: Any, where: _Where, wanted: list[str]) -> dict[str, Any]:
@@ -172,6 +192,67 @@ async def _catalog(http: Any, where: _Where, wanted: list[str]) -> dict[str, Any
 
 class _CatalogError(Exception):
     pass
+
+
+_INFERENCE_PROFILE = ("us.", "eu.", "apac.", "us-gov.", "ca.", "jp.", "au.", "global.")
+
+
+async def _signed_catalog(
+    http: Any, where: _Where, wanted: list[str], images: bool
+) -> dict[str, Any]:
+    """A SigV4 catalog: Bedrock's foundation models (with their input modalities), or
+    a signed endpoint's `/models`. An inference profile id (`us.anthropic...`) is
+    looked up as the foundation model it routes to."""
+    from .._errors import HttpError, ModelError
+    from ..models import aws_signer
+
+    record: dict[str, Any] = {"url": f"{where.base_url}/models", "wanted": wanted}
+    try:
+        signer = aws_signer()
+    except (ModelError, ImportError) as exc:
+        record["error"] = f"not asked: {exc}"
+        return record
+    converse = where.api == "converse"
+    if converse:
+        root = where.base_url or f"https://bedrock.{signer.region}.amazonaws.com"
+        record["url"] = f"{root}/foundation-models"
+    try:
+        headers = signer.sign("GET", record["url"], (), b"")
+        response = await http.request("GET", record["url"], headers=headers)
+        body = await response.read()
+    except (HttpError, ValueError, OSError) as exc:
+        record["error"] = f"cannot reach it: {type(exc).__name__}"
+        return record
+    if response.status != 200:
+        record["error"] = f"GET answered HTTP {response.status}"
+        return record
+    try:
+        data = _json(body)
+    except _CatalogError as exc:
+        record["error"] = str(exc)
+        return record
+    listed: dict[str, list[str] | None] = {}
+    for m in data.get("modelSummaries" if converse else "data") or ():
+        if isinstance(m, dict) and (converse or "id" in m):
+            modalities = m.get("inputModalities")
+            listed[str(m.get("modelId" if converse else "id"))] = (
+                [str(x) for x in modalities] if isinstance(modalities, list) else None
+            )
+    found = {m: _foundation(m) if converse else m for m in wanted}
+    record["missing"] = [m for m, f in found.items() if f not in listed]
+    record["listed"] = len(listed)
+    if images:
+        record["no_images"] = [
+            m for m, f in found.items() if "IMAGE" not in (listed.get(f) or ["IMAGE"])
+        ]
+    return record
+
+
+def _foundation(model_id: str) -> str:
+    for prefix in _INFERENCE_PROFILE:
+        if model_id.startswith(prefix):
+            return model_id[len(prefix) :]
+    return model_id
 
 
 async def _list_models(http: Any, url: str, api: str, key: str | None) -> set[str]:
