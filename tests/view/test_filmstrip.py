@@ -249,7 +249,8 @@ def _computer_batch(root: Path, fake: FakeModelServer) -> Path:
     (root / "tasks.json").write_text(json.dumps([{"env": "screen", "id": "look", "slug": "look"}]))
     config = root / "desk.toml"
     config.write_text(
-        'name = "desk"\nmax_concurrent = 1\nexpected_rollouts = 1\n[taskset]\nsource = "tasks.json"\nenv_source = "env.py"\n'
+        'name = "desk"\nmax_concurrent = 1\nexpected_rollouts = 1\n'
+        '[taskset]\nsource = "tasks.json"\nenv_source = "env.py"\n'
         '[runtime]\nkind = "local"\ntrusted = true\n[timeouts]\nrollout = 60\n'
         f'[[agents]]\nkind = "python"\nagent = "agents.py:computer"\n'
         f'model = "openai/gpt-4.1-mini@{fake.url}"\n'
