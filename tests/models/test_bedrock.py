@@ -10,8 +10,7 @@ import pytest
 
 from _support.aws import isolated_aws
 from proctor._errors import ModelError, ModelRequestError
-from proctor.models import ImagePart, RetryPolicy, ToolSpec, aws_client, parse_model
-from proctor.models._bedrock import bedrock_price
+from proctor.models import ImagePart, RetryPolicy, ToolSpec, aws_client, parse_model, price_of
 from proctor.testing import FakeBedrockServer, FakeClock, Fault, Reply
 
 MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -243,6 +242,8 @@ def test_model_strings() -> None:
 
 
 def test_bedrock_ids_are_priced_as_their_vendor_models() -> None:
-    assert bedrock_price("us.anthropic.claude-sonnet-4-5-20250929-v1:0") == bedrock_price(MODEL)
-    assert bedrock_price(MODEL) is not None
-    assert bedrock_price("amazon.titan-text-express-v1") is None
+    vendor = price_of("claude-sonnet-4-5")
+    assert vendor is not None
+    assert price_of(MODEL) == price_of(f"us.{MODEL}") == price_of(f"bedrock/{MODEL}") == vendor
+    assert price_of("amazon.titan-text-express-v1") is None
+    assert price_of("gpt-4.1-mini") is not None

@@ -3,19 +3,31 @@ signed with the driver's AWS credentials, which never reach the harness or the t
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import openai
 import orjson
 import pytest
 
 from _support.aws import isolated_aws
+from _support.images import png_bytes
 from proctor.proxy import InterceptionProxy, Upstream
 from proctor.records import Trace
-from proctor.testing import FakeBedrockServer, FakeClock
+from proctor.testing import FakeBedrockServer, FakeClock, Reply
 
 MODEL = "openai.gpt-oss-120b-1:0"
+CLAUDE = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+SHELL = {
+    "type": "function",
+    "function": {
+        "name": "shell",
+        "description": "Run a command.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+    },
+}
 Use = Callable[[FakeBedrockServer], None]
 
 
@@ -91,13 +103,98 @@ async def test_refused_signature_is_a_502_that_quotes_nothing(
     assert "wrong-secret" not in orjson.dumps(session.turns).decode()
 
 
-def test_a_converse_model_is_not_an_upstream() -> None:
-    with pytest.raises(ValueError, match="cannot be a proxy upstream"):
-        Upstream.of("bedrock/anthropic.claude-sonnet-4-5-20250929-v1:0")
-
-
 def test_the_signer_stays_out_of_repr(fake: FakeBedrockServer, aws_env: Use) -> None:
     aws_env(fake)
     upstream = Upstream.of(fake.mantle_string())
     assert upstream.signer is not None
     assert fake.environ()["AWS_SECRET_ACCESS_KEY"] not in repr(upstream)
+
+
+async def test_chat_harness_to_a_converse_model(aws_env: Use) -> None:
+    """A harness speaking Chat Completions (tools, a forced call, an image, a tool
+    result) to a Bedrock Converse model: translated both ways, signed, recorded, priced."""
+    script = [Reply.tool("shell", command="ls"), Reply("done", input_tokens=900, cached_tokens=600)]
+    async with FakeBedrockServer(script, models=(CLAUDE,)) as fake:
+        aws_env(fake)
+        trace = Trace("t1")
+        async with InterceptionProxy(Upstream.of(fake.model_string()), clock=FakeClock()) as proxy:
+            session = proxy.open_session("r1", trace=trace)
+            harness = openai.AsyncOpenAI(
+                base_url=session.base_url, api_key=session.secret, max_retries=0
+            )
+            image = "data:image/png;base64," + base64.b64encode(png_bytes(120, 2)).decode()
+            messages: list[dict[str, Any]] = [
+                {"role": "system", "content": "You act."},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "list files"},
+                        {"type": "image_url", "image_url": {"url": image}},
+                    ],
+                },
+            ]
+            try:
+                first = await harness.chat.completions.create(
+                    model="whatever",
+                    messages=messages,  # type: ignore[arg-type]
+                    tools=[SHELL],  # type: ignore[list-item]
+                    tool_choice={"type": "function", "function": {"name": "shell"}},
+                )
+                call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+                messages += [
+                    first.choices[0].message.model_dump(exclude_none=True),
+                    {"role": "tool", "tool_call_id": call.id, "content": "a.txt"},
+                ]
+                stream = await harness.chat.completions.create(
+                    model="whatever",
+                    messages=messages,  # type: ignore[arg-type]
+                    tools=[SHELL],  # type: ignore[list-item]
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                chunks = [chunk async for chunk in stream]
+                listed = await harness.models.list()
+                with pytest.raises(openai.NotFoundError, match="Bedrock Converse"):
+                    await harness.responses.create(model="m", input="hi")
+            finally:
+                await harness.close()
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "shell" and orjson.loads(call.function.arguments) == {
+        "command": "ls"
+    }
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "done"
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 900
+    assert [m.id for m in listed.data] == [CLAUDE]
+    converse = [r.json for r in fake.requests]
+    assert converse[0]["toolConfig"]["toolChoice"] == {"tool": {"name": "shell"}}
+    assert converse[0]["messages"][0]["content"][1]["image"]["format"] == "png"
+    assert converse[1]["messages"][2]["content"][0]["toolResult"]["toolUseId"] == call.id
+    assert not fake.refused
+    turns = session.turns
+    assert [t["status"] for t in turns] == [200, 200]
+    assert turns[1]["usage"]["cached_input_tokens"] == 600
+    assert turns[1]["cost"] is not None and turns[1]["cost"] > 0
+    recorded = orjson.dumps([turns, trace.to_dict()]).decode().lower()
+    for secret in _secrets(fake):
+        assert secret.lower() not in recorded, secret
+
+
+async def test_converse_errors_reach_the_harness_in_openai_shape(aws_env: Use) -> None:
+    async with FakeBedrockServer(["unused"], models=(CLAUDE,)) as fake:
+        aws_env(fake)
+        upstream = Upstream.of(fake.model_string("anthropic.claude-unknown-v1:0"))
+        async with InterceptionProxy(upstream, clock=FakeClock()) as proxy:
+            session = proxy.open_session("r1")
+            harness = openai.AsyncOpenAI(
+                base_url=session.base_url, api_key=session.secret, max_retries=0
+            )
+            try:
+                with pytest.raises(openai.BadRequestError) as caught:
+                    await harness.chat.completions.create(
+                        model="m", messages=[{"role": "user", "content": "hi"}]
+                    )
+            finally:
+                await harness.close()
+    assert caught.value.code == "ValidationException"
+    assert "model identifier is invalid" in caught.value.message

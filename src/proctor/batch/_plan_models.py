@@ -214,7 +214,7 @@ async def _signed_catalog(
         return record
     converse = where.api == "converse"
     if converse:
-        root = where.base_url or f"https://bedrock.{signer.region}.amazonaws.com"
+        root = where.base_url or signer.endpoint("bedrock")
         record["url"] = f"{root}/foundation-models"
     try:
         headers = signer.sign("GET", record["url"], (), b"")

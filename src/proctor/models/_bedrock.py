@@ -10,41 +10,31 @@ own clients are what the tests check the fake with.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
+from ._bedrock_converse import (
+    converse_body,
+    converse_check,
+    converse_parse,
+    converse_usage,
+    takes_cache_points,
+)
 from ._client import ProviderAdapter, Reply
 from ._names import ModelSpec, parse_model
-from ._pricing import Price, price_of
 from ._retry import Outcome, Retrier, classify_status, retry_after_from
 from ._sigv4 import AwsSigner, SignedHttp, aws_signer
 from ._types import Message, ModelResponse, ToolSpec
 from ._wire import brief
 
-__all__ = ["ConverseAdapter", "aws_client", "bedrock_price", "runtime_url"]
+__all__ = ["ConverseAdapter", "aws_client"]
 
-_REGION_PREFIX = re.compile(r"^(?:us|eu|apac|us-gov|ca|jp|au|global)\.")
-_VERSION = re.compile(r"-v\d+(?::\d+)?$")
 # Converse's words for a request over the model's context or size limits (a 400
 # ValidationException): answered like a 413, by a smaller rewrite of the request.
 _TOO_LONG = ("too long", "too large", "exceeds the maximum", "prompt is too long")
-
-
-def runtime_url(region: str) -> str:
-    """The Bedrock runtime endpoint of `region`."""
-    return f"https://bedrock-runtime.{region}.amazonaws.com"
-
-
-def bedrock_price(model_id: str) -> Price | None:
-    """The price of a Bedrock model id (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`):
-    the vendor's model behind the region prefix, vendor and version."""
-    name = _REGION_PREFIX.sub("", model_id.rsplit("/", 1)[-1])
-    name = _VERSION.sub("", name.split(".", 1)[-1])
-    return price_of(name)
 
 
 class ConverseAdapter(ProviderAdapter):
@@ -64,9 +54,8 @@ class ConverseAdapter(ProviderAdapter):
         **common: Any,
     ) -> None:
         super().__init__(model, spec, **common)
-        self._price = bedrock_price(spec.model)
-        self.cache_prompt = cache_prompt and _caches(spec.model)
-        base = spec.base_url or runtime_url(signer.region)
+        self.cache_prompt = cache_prompt and takes_cache_points(spec.model)
+        base = spec.base_url or signer.endpoint("bedrock-runtime")
         self.url = f"{base}/model/{quote(spec.model, safe='')}/converse"
         self._http = SignedHttp(signer, timeout=timeout, headers=headers)
 
@@ -78,7 +67,6 @@ class ConverseAdapter(ProviderAdapter):
         params: dict[str, Any],
     ) -> dict[str, Any]:
         """The Converse request body (see `converse_body`)."""
-        from ._bedrock_converse import converse_body
 
         return converse_body(messages, tools, params, cache=self.cache_prompt)
 
@@ -91,8 +79,6 @@ class ConverseAdapter(ProviderAdapter):
         await self._http.aclose()
 
     def _classify(self, reply: Reply, require_tool_call: bool) -> Outcome:
-        from ._bedrock_converse import converse_check
-
         if not 200 <= reply.status < 300:
             cause = _cause(reply)
             return Outcome(cause, reply.status, _aws_error(reply), retry_after_from(reply.headers))
@@ -104,8 +90,6 @@ class ConverseAdapter(ProviderAdapter):
         return Outcome("malformed" if problem else "ok", reply.status, problem)
 
     def _response(self, body: Any, retrier: Retrier, latency: float) -> ModelResponse:
-        from ._bedrock_converse import converse_parse, converse_usage
-
         message, content, calls, finish = converse_parse(body)
         usage = converse_usage(body)
         return ModelResponse(
@@ -120,11 +104,6 @@ class ConverseAdapter(ProviderAdapter):
             latency=latency,
             raw=body,
         )
-
-
-def _caches(model_id: str) -> bool:
-    """Whether the model takes Converse `cachePoint` blocks (Claude and Nova)."""
-    return "anthropic.claude" in model_id or "amazon.nova" in model_id
 
 
 def _error_type(reply: Reply) -> str:

@@ -20,13 +20,16 @@ from ._wire import brief, text_of
 
 __all__ = [
     "FINISH",
+    "IMAGE_FORMATS",
     "converse_body",
     "converse_check",
     "converse_parse",
     "converse_usage",
+    "takes_cache_points",
 ]
 
-_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
+IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
+"""Media types Converse takes, and their `format` names."""
 _INFERENCE = {
     "max_tokens": "maxTokens",
     "max_completion_tokens": "maxTokens",
@@ -46,6 +49,11 @@ FINISH = {
     "content_filtered": "content_filter",
 }
 """Converse stop reasons in chat vocabulary; `malformed_*` ones are malformed answers."""
+
+
+def takes_cache_points(model_id: str) -> bool:
+    """Whether a Bedrock model takes `cachePoint` blocks (Claude and Nova)."""
+    return "anthropic.claude" in model_id or "amazon.nova" in model_id
 
 
 def converse_body(
@@ -207,7 +215,7 @@ def _image(part: dict[str, Any]) -> dict[str, Any]:
     if data is None:
         raise ValueError("Bedrock Converse takes images as bytes, not by URL")
     media_type, b64 = data
-    fmt = _FORMATS.get(media_type)
+    fmt = IMAGE_FORMATS.get(media_type)
     if fmt is None:
         raise ValueError(f"Bedrock Converse takes png, jpeg, gif or webp, not {media_type}")
     return {"image": {"format": fmt, "source": {"bytes": b64}}}

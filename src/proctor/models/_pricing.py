@@ -15,6 +15,11 @@ from ._types import Usage
 __all__ = ["Price", "cost", "price_of", "pricing_date"]
 
 _SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+# A Bedrock model id: an optional inference-profile region, the vendor, the vendor's
+# model name, a version (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`).
+_BEDROCK = re.compile(
+    r"(?:(?:us|eu|apac|us-gov|ca|jp|au|global)\.)?[a-z][a-z0-9]*\.(?P<name>.+?)(?:-v\d+(?::\d+)?)?"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +72,16 @@ def price_of(model: str) -> Price | None:
 
     Accepts bare names (`gpt-4.1-mini`), dated snapshots (`claude-sonnet-4-5-20250929`,
     `gpt-4.1-mini-2025-04-14`) and model strings (`anthropic/claude-sonnet-4-5`,
-    `openrouter/openai/gpt-4.1`); a base URL after `@` is ignored.
+    `openrouter/openai/gpt-4.1`) and Bedrock ids (`bedrock/anthropic.claude-sonnet-4-5-
+    20250929-v1:0`, an inference profile's `us.` prefix too); a base URL after `@` is
+    ignored.
     """
     name = model.split("@", 1)[0].rsplit("/", 1)[-1].lower()
     table = _table()
-    for candidate in (name, _SUFFIX.sub("", name)):
+    candidates = [name, _SUFFIX.sub("", name)]
+    if bedrock := _BEDROCK.fullmatch(name):
+        candidates += [bedrock["name"], _SUFFIX.sub("", bedrock["name"])]
+    for candidate in candidates:
         candidate = table["aliases"].get(candidate, candidate)
         entry = table["models"].get(candidate)
         if entry is not None:

@@ -36,6 +36,11 @@ class AwsSigner:
     region: str
     credentials: Any = field(repr=False)
 
+    def endpoint(self, prefix: str) -> str:
+        """The AWS endpoint `https://{prefix}.{region}.amazonaws.com` (`bedrock-runtime`,
+        `bedrock`)."""
+        return f"https://{prefix}.{self.region}.amazonaws.com"
+
     def sign(
         self, method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes
     ) -> list[tuple[str, str]]:

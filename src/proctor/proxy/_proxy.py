@@ -16,6 +16,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import orjson
 
@@ -57,6 +58,9 @@ class Upstream:
         api_key: the real key; kept out of repr, traces and logs.
         signer: signs each attempt with AWS SigV4 (a `mantle/` upstream) with the
             driver's credentials, which never reach the harness; out of repr.
+        converse: chat completions go to Bedrock Converse (`model` at `base_url`),
+            translated there and back; a harness that streams gets the answer as one
+            stream of chunks.
         model: when set, replaces the `model` of every forwarded request.
     """
 
@@ -65,10 +69,13 @@ class Upstream:
     api_key: str | None = field(default=None, repr=False)
     model: str | None = None
     signer: AwsSigner | None = field(default=None, repr=False)
+    converse: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("openai", "anthropic"):
             raise ValueError(f"Upstream.kind is 'openai' or 'anthropic', not {self.kind!r}")
+        if self.converse and (self.signer is None or not self.model or self.kind != "openai"):
+            raise ValueError("a Converse upstream is kind 'openai' with a signer and a model")
 
     @classmethod
     def of(cls, target: str | ModelSpec | Upstream) -> Upstream:
@@ -76,7 +83,8 @@ class Upstream:
 
         A model string's kind follows its API (`anthropic/...` serves `/v1/messages`)
         and its key is read from its provider's environment variable now; a SigV4
-        one (`mantle/...@url`) gets a signer from the AWS standard chain now.
+        one (`mantle/...@url`, `bedrock/...`) gets a signer from the AWS standard
+        chain now.
         """
         if isinstance(target, Upstream):
             return target
@@ -84,16 +92,19 @@ class Upstream:
             return cls(target)
         spec = parse_model(target) if isinstance(target, str) else target
         key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-        if spec.api == "converse":
-            raise ValueError(f"{target!r}: a Bedrock Converse model cannot be a proxy upstream")
         kind = "anthropic" if spec.api == "messages" else "openai"
         signer = aws_signer() if spec.auth == "sigv4" else None
+        if signer is not None and spec.api == "converse":
+            base = spec.base_url or signer.endpoint("bedrock-runtime")
+            return cls(base, kind, None, spec.model, signer, converse=True)
         return cls(spec.base_url, kind, key, spec.model, signer)
 
     def url(self, path: str) -> str:
         """The provider URL for a proxy path such as `/v1/chat/completions` (as its SDK
         builds it: OpenAI roots include the version, Anthropic's do not)."""
         base = self.base_url.rstrip("/")
+        if self.converse:
+            return f"{base}/model/{quote(self.model or '', safe='')}/converse"
         if self.kind == "anthropic":
             return base.removesuffix("/v1") + path
         return base + path.removeprefix("/v1")
@@ -302,6 +313,9 @@ class InterceptionProxy:
         if upstream is None:
             msg = f"this proxy has no upstream for {req.path}"
             raise _Answered(error_response(api, 404, msg, "not_found"))
+        if upstream.converse and api != "chat":
+            msg = f"the upstream is Bedrock Converse: use /v1/chat/completions, not {req.path}"
+            raise _Answered(error_response(api, 404, msg, "not_found"))
         return upstream
 
     @staticmethod
@@ -315,6 +329,9 @@ class InterceptionProxy:
         upstream = self.upstreams.get("openai")
         if upstream is None:
             return Response.json({"object": "list", "data": []})
+        if upstream.converse:
+            model = {"id": upstream.model, "object": "model", "created": 0, "owned_by": "bedrock"}
+            return Response.json({"object": "list", "data": [model]})
         try:
             url = upstream.url("/v1/models")
             headers = upstream.signed("GET", url, list(upstream.auth().items()), b"")

@@ -24,6 +24,7 @@ from .._http import (
     SSEParser,
     format_sse,
 )
+from ..models._bedrock_chat import chat_chunks, chat_to_converse, converse_error, converse_to_chat
 from ..models._pricing import cost
 from ..models._retry import Retrier, classify_status, retry_after_from
 from ..models._types import Usage
@@ -85,6 +86,8 @@ class Turn:
     def _rewrite(self, raw: bytes) -> bytes:
         """The bytes to send: the harness's own, unless the model is pinned or a stream
         needs its usage (`stream_options.include_usage`) to be metered."""
+        if self.upstream.converse:
+            return orjson.dumps(chat_to_converse(self.body, self.upstream.model or ""))
         changed = False
         if self.upstream.model is not None and self.body.get("model") != self.upstream.model:
             self.body["model"] = self.upstream.model
@@ -126,13 +129,15 @@ class Turn:
             resp = await self.client.request("POST", self.url, headers=headers, body=self.payload)
         except HttpError as exc:
             return self._retry("transport", None, str(exc), t0, f"upstream unreachable: {exc}")
-        if 200 <= resp.status < 300 and self.stream:
+        if 200 <= resp.status < 300 and self.stream and not self.upstream.converse:
             return self._relay(resp, t0)
         try:
             data = await resp.read()
         except HttpError as exc:
             await resp.aclose()
             return self._retry("transport", resp.status, str(exc), t0, f"upstream broke off: {exc}")
+        if self.upstream.converse:
+            data = self._from_converse(resp, data)
         if 200 <= resp.status < 300:
             return self._answered(resp, data, t0)
         if resp.status in (401, 403):
@@ -149,6 +154,18 @@ class Turn:
             # harness's payload, so a 413 is never resent.
             return self._finish(resp, data, None, f"upstream answered {resp.status}")
         return wait
+
+    def _from_converse(self, resp: ClientResponse, data: bytes) -> bytes:
+        """A Converse answer in the chat shape the harness speaks, errors too (a body
+        that is no Converse answer stays as it is: malformed, so retried)."""
+        if not 200 <= resp.status < 300:
+            return converse_error(resp.status, data, resp.headers.get("x-amzn-errortype") or "")
+        request_id = resp.headers.get("x-amzn-requestid") or f"{time.time_ns():x}"
+        try:
+            chat = converse_to_chat(orjson.loads(data), self.upstream.model or "", request_id)
+        except ValueError:
+            return data
+        return orjson.dumps(chat)
 
     def _answered(self, resp: ClientResponse, data: bytes, t0: float) -> Response | float:
         """A 2xx body: the turn's answer, or a retry when it is malformed."""
@@ -251,6 +268,10 @@ class Turn:
     ) -> Response:
         self._record(resp.status, parsed, error)
         headers = down_headers(resp)
+        if self.stream and self.upstream.converse and error is None:
+            include = (self.body.get("stream_options") or {}).get("include_usage") is True
+            data = b"".join(format_sse(c) for c in chat_chunks(parsed, include_usage=include))
+            headers = list(_SSE_HEADERS)
         if error is not None:  # the provider's refusal, final: the proxy will not retry it
             headers.append(_FINAL)
         self._commit(Replay(resp.status, headers, data))
