@@ -48,7 +48,7 @@ BUDGET_RSS_MB = 200
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """The fields of a planned rollout the store reads (`proctor.batch.PlannedRollout`)."""
+    """The fields of a planned rollout the store reads (`proctor.store.PlannedRollout`)."""
 
     rollout_id: str
     task: str
@@ -114,7 +114,7 @@ def _disk(root: Path) -> tuple[int, int, dict[str, int]]:
 
 def run_row(n: int, durability: str, parent: str, keep: bool) -> dict[str, Any]:
     """Record `n` trivial rollouts into a new output directory; return its figures."""
-    from proctor.batch import BatchStore
+    from proctor.store import BatchStore
 
     out = Path(tempfile.mkdtemp(prefix="batch-store-", dir=parent)) / "out"
     assignments = (
