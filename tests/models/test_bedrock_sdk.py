@@ -163,3 +163,25 @@ async def test_signed_endpoint_with_another_service_name(aws_env: Use) -> None:
                 await client.complete([{"role": "user", "content": "hi"}])
         async with aws_client(fake.mantle_string(), aws_service="execute-api") as client:
             assert (await client.complete([{"role": "user", "content": "hi"}])).content == "ok"
+
+
+async def test_signed_chat_compacts_past_24_messages(fake: FakeBedrockServer, aws_env: Use) -> None:
+    aws_env(fake)
+    fake._policy = FakeBedrockServer(["short"])._policy
+    history: list[dict[str, Any]] = [{"role": "user", "content": "the task"}]
+    for i in range(20):
+        history += [
+            {"role": "assistant", "content": None, "tool_calls": [_call(i)]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"outcome {i}"},
+        ]
+    async with aws_client(fake.mantle_string()) as client:
+        assert client.max_request_bytes == 3 * 1024 * 1024
+        await client.complete(history)
+    sent = fake.requests[0].json["messages"]
+    assert len(sent) <= 24
+    assert sent[0]["content"] == "the task"
+    assert sent[-1]["content"] == "outcome 19"
+
+
+def _call(i: int) -> dict[str, Any]:
+    return {"id": f"c{i}", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
