@@ -12,13 +12,13 @@ import collections
 import contextlib
 import socket
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
 from .._errors import HttpConnectError, HttpReadError, HttpTimeout
 from .._reads import BufferedReads
+from .._resource import AsyncResource
 from ._headers import Headers, HeaderSource, as_pairs
 from ._parse import (
     CloseReader,
@@ -44,7 +44,7 @@ _IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
 Origin = tuple[str, str, int]  # scheme, host, port
 
 
-class HttpClient:
+class HttpClient(AsyncResource):
     """An HTTP/1.1 client with a keep-alive connection pool per origin.
 
     Args:
@@ -127,17 +127,6 @@ class HttpClient:
             conn.close()
         if conns:
             await asyncio.wait([conn.gone for conn in conns], timeout=1.0)
-
-    async def __aenter__(self) -> HttpClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- pool ------------------------------------------------------------------
 
@@ -475,7 +464,7 @@ def _expire(waiter: asyncio.Future[None], timeout: float) -> None:
         waiter.set_exception(HttpTimeout(f"no response data for {timeout}s"))
 
 
-class ClientResponse:
+class ClientResponse(AsyncResource):
     """A response whose head has arrived; read the body with `read` or `aiter_bytes`.
 
     Close it (`aclose`, or `async with`) when not reading the body to the end: the
@@ -548,17 +537,6 @@ class ClientResponse:
             raise
         self._conn = None
         self._client._release(conn, self._keep_alive)
-
-    async def __aenter__(self) -> ClientResponse:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<ClientResponse {self.status} {self.reason}>"

@@ -14,12 +14,13 @@ import logging
 import math
 import socket
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from .._errors import Abort
 from .._reads import BufferedReads
 from ._headers import HeaderSource, as_pairs
-from ._message import Request, Response, Share, error_response, status_line
+from ._limits import HttpLimits
+from ._message import Handler, Request, Response, Screen, Share, error_response, status_line
 from ._parse import (
     ChunkedDecoder,
     LengthReader,
@@ -31,10 +32,7 @@ from ._parse import (
     parse_request_head,
 )
 
-if TYPE_CHECKING:
-    from ._server import HttpServer
-
-__all__ = ["Connection"]
+__all__ = ["Connection", "ConnectionHost"]
 
 log = logging.getLogger("proctor.http")
 
@@ -46,10 +44,43 @@ _LAST_CHUNK = b"0\r\n\r\n"
 _IDLE, _HEAD, _BODY, _BUSY = range(4)  # what a connection waits for
 
 
+class ConnectionHost(Protocol):
+    """What a connection answers to (`HttpServer`): the handler and the server-wide
+    bounds, the count of buffered bytes, and the connection cap's bookkeeping."""
+
+    handler: Handler
+    screen: Screen | None
+    limits: HttpLimits
+    max_head: int
+    max_body: int
+    buffered: int  # request bytes held over all connections
+    closing: bool
+
+    def admit(self, conn: Connection) -> bool:
+        """Take a new connection in; False when it is over the cap (to be refused)."""
+        ...
+
+    def quiet(self, conn: Connection) -> None:
+        """`conn` has no request in hand: it may be closed to make room at the cap."""
+        ...
+
+    def busy(self, conn: Connection) -> None:
+        """`conn` reads or answers a request (or closes): no longer quiet."""
+        ...
+
+    def release(self) -> None:
+        """An admitted connection closes: its place under the cap is free."""
+        ...
+
+    def forget(self, conn: Connection) -> None:
+        """`conn` is gone."""
+        ...
+
+
 class Connection(BufferedReads):
     """One client connection: parse, dispatch, write responses in order."""
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: ConnectionHost) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
@@ -79,8 +110,7 @@ class Connection(BufferedReads):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
         server = self._server
-        server._connections.add(self)
-        if not server._admit(self):
+        if not server.admit(self):
             self._refuse(503, "too many connections; retry later")
             return
         self._counted = True
@@ -96,7 +126,7 @@ class Connection(BufferedReads):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._uncount()
-        self._server._forget(self)
+        self._server.forget(self)
         self._buf = b""
         self._parts = []
         self._reserved = 0
@@ -172,10 +202,10 @@ class Connection(BufferedReads):
 
     def _uncount(self) -> None:
         server = self._server
-        server._quiet.pop(self, None)
+        server.busy(self)
         if self._counted:
             self._counted = False
-            server._active -= 1
+            server.release()
 
     def _account(self) -> bool:
         """Bring `server.buffered` up to date; refuse with 503 (True) past its cap."""
@@ -217,7 +247,7 @@ class Connection(BufferedReads):
         rest = buf[end + 4 :]
         self._buf = b""
         server = self._server
-        server._quiet.pop(self, None)
+        server.busy(self)
         share = None
         if server.screen is not None:
             request = Request(head.method, head.target, head.headers, b"", self._client)
@@ -265,7 +295,7 @@ class Connection(BufferedReads):
         if self._write_whole(response, body, not head.keep_alive, head) and not (
             self._write_paused or self._server.closing
         ):
-            self._server._quiet[self] = None
+            self._server.quiet(self)
             self._wait_for(_IDLE)
         else:
             self._transport_().close()
@@ -386,7 +416,7 @@ class Connection(BufferedReads):
         """Between requests: wait for the next one, or parse a pipelined one."""
         if self._refused or self._lost:
             return
-        self._server._quiet[self] = None
+        self._server.quiet(self)
         if self._buf:
             self._wait_for(_HEAD)
             self._next_request()

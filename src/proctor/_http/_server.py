@@ -9,9 +9,9 @@ a streaming body. The server accepts, caps and sweeps connections and shuts them
 from __future__ import annotations
 
 import asyncio
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from .._resource import AsyncResource
 from ._connection import Connection
 from ._limits import HttpLimits
 from ._message import Handler, Screen
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["HttpServer"]
 
 
-class HttpServer:
+class HttpServer(AsyncResource):
     """Serve `handler` over HTTP/1.1 on `host:port` (port 0 picks a free one).
 
     Keep-alive, pipelining, HTTP/1.0, Content-Length and chunked request bodies and
@@ -125,9 +125,12 @@ class HttpServer:
             conn.abort()
         await server.wait_closed()
 
-    def _admit(self, conn: Connection) -> bool:
+    # -- ConnectionHost: what each Connection calls back ------------------------
+
+    def admit(self, conn: Connection) -> bool:
         """Count a new connection against the cap, closing the longest-quiet one to make
         room; False when every connection is busy with a request."""
+        self._connections.add(conn)
         if self._active >= self._cap:
             if not self._quiet:
                 return False
@@ -135,6 +138,24 @@ class HttpServer:
         self._active += 1
         self._quiet[conn] = None
         return True
+
+    def quiet(self, conn: Connection) -> None:
+        """`conn` waits for a request: the first to close when the cap needs room."""
+        self._quiet[conn] = None
+
+    def busy(self, conn: Connection) -> None:
+        """`conn` has a request in hand (or closes)."""
+        self._quiet.pop(conn, None)
+
+    def release(self) -> None:
+        """An admitted connection closes."""
+        self._active -= 1
+
+    def forget(self, conn: Connection) -> None:
+        """`conn` is gone."""
+        self._connections.discard(conn)
+        if not self._connections and self._all_gone is not None and not self._all_gone.done():
+            self._all_gone.set_result(None)
 
     def _sweep(self) -> None:
         """Expire connections past their deadline; runs every `sweep_interval`."""
@@ -145,20 +166,3 @@ class HttpServer:
             self._sweeper = asyncio.get_running_loop().call_later(
                 self.limits.sweep_interval, self._sweep
             )
-
-    def _forget(self, conn: Connection) -> None:
-        self._connections.discard(conn)
-        if not self._connections and self._all_gone is not None and not self._all_gone.done():
-            self._all_gone.set_result(None)
-
-    async def __aenter__(self) -> HttpServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

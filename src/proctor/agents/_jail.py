@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import RolloutError
+from .._resource import AsyncResource
 from .._tempdirs import owned_tempdir
 from .._uids import fresh_uid
 from .._urls import host_port, unix_path, with_unix_path
@@ -111,7 +112,7 @@ class Routes:
         return url
 
 
-class Jail:
+class Jail(AsyncResource):
     """One start of a harness in a fresh jail: the bwrap command, its fds and forwarders.
 
     `async with` makes the socket folder and serves the forwards; leaving it stops
@@ -147,7 +148,8 @@ class Jail:
         self._conns: set[asyncio.StreamWriter] = set()
         self._relays = 0
 
-    async def __aenter__(self) -> Jail:
+    async def start(self) -> None:
+        """Serve the forwarded sockets and prepare the jail's init (its code, setup, lifeline)."""
         try:
             self.base = private_folder("jail")  # 0700: the host's way in
             sockets = os.path.join(self.base, "s")
@@ -158,11 +160,11 @@ class Jail:
             read, self.lifeline = os.pipe()
             self.fds.append(read)
         except BaseException:
-            await self.__aexit__()
+            await self.aclose()
             raise
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def aclose(self) -> None:
+        """Close what the jail was handed and serve no more; remove its folder."""
         self.started()
         self.hang_up()
         for server in self._servers:

@@ -24,6 +24,7 @@ from .._errors import (
     TaskCancelled,
 )
 from .._peer import loopback_peer_uid
+from .._resource import AsyncResource
 from .._tempdirs import owned_tempdir
 from .._urls import unix_path, with_unix_path
 from ..env._types import Capability
@@ -56,7 +57,7 @@ class Manifest:
     """The secret that resumes this session later (None from a HUD server)."""
 
 
-class EnvClient:
+class EnvClient(AsyncResource):
     """One control session with an environment server.
 
     Calls are serialized (one request in flight); `cancel` and `bye` may overtake a
@@ -355,12 +356,6 @@ class EnvClient:
         for task in self._tunnels:
             task.cancel()
         await asyncio.gather(*self._tunnels, return_exceptions=True)
-
-    async def __aenter__(self) -> EnvClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 class _ClientProtocol(BufferedReads):

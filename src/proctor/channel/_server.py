@@ -2,7 +2,8 @@
 
 One `EnvServer` serves one `Environment`. Every connection is a `_Connection` protocol
 whose first frame picks its kind: `tunnel.open` splices raw bytes to a declared
-capability, anything else starts a control session (`_Session`, in `_session`). The session code is
+capability, anything else starts a control session (`_Session`, in `_session`, which
+sees the server only as a `SessionHost`). The session code is
 transport-agnostic: the same protocol object runs over a socket or a `MemoryTransport`.
 """
 
@@ -32,7 +33,7 @@ from ._messages import (
     error_frame,
     result_frame,
 )
-from ._session import _Session, quiet_cancel
+from ._session import Parked, _Session, quiet_cancel
 from ._splice import Pipe, dial
 
 __all__ = ["DEFAULT_PARK_TTL", "MAX_FIRST_FRAME", "EnvServer"]
@@ -45,18 +46,6 @@ MAX_FIRST_FRAME = 64 * 1024
 
 _LINGER = 2.0  # seconds a rejected connection stays half-open for its error frame
 _ACCEPT_LOG_EVERY = 60.0  # seconds between two lines about accept() lacking descriptors
-
-
-class _Parked:
-    __slots__ = ("resume_token", "runner", "timer", "weight")
-
-    def __init__(
-        self, runner: TaskRunner, timer: asyncio.TimerHandle, resume_token: str, weight: int
-    ) -> None:
-        self.runner = runner
-        self.timer = timer
-        self.resume_token = resume_token
-        self.weight = weight
 
 
 class EnvServer:
@@ -105,7 +94,7 @@ class EnvServer:
         self.max_parked_bytes = max_parked_bytes
         self._token = token.encode() if token else None
         self._live: dict[str, _Session] = {}
-        self._parked: dict[str, _Parked] = {}
+        self._parked: dict[str, Parked] = {}
         self._parked_bytes = 0
         self._buffered = 0  # bytes of unfinished frames held by all connections
         self._sockets = 0  # open socket connections (memory ones are not counted)
@@ -218,7 +207,7 @@ class EnvServer:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
-    # -- shared state ---------------------------------------------------------------
+    # -- SessionHost: shared state the sessions call on ------------------------------
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -226,12 +215,25 @@ class EnvServer:
         task.add_done_callback(self._background.discard)
         return task
 
+    def enter(self, session: _Session) -> None:
+        self._live[session.id] = session
+
+    def leave(self, session: _Session) -> None:
+        if self._live.get(session.id) is session:
+            del self._live[session.id]
+
+    def is_live(self, sid: str) -> bool:
+        return sid in self._live
+
+    def parked_ids(self) -> list[str]:
+        return list(self._parked)
+
     def park(self, sid: str, runner: TaskRunner, resume_token: str, weight: int) -> None:
         if self._closed:
             self.spawn(quiet_cancel(runner))
             return
         timer = asyncio.get_running_loop().call_later(self.park_ttl, self._expire, sid)
-        self._parked[sid] = _Parked(runner, timer, resume_token, weight)
+        self._parked[sid] = Parked(runner, timer, resume_token, weight)
         self._parked_bytes += weight
         while self._parked and (
             len(self._parked) > self.max_parked or self._parked_bytes > self.max_parked_bytes
@@ -240,7 +242,7 @@ class EnvServer:
             log.info("parking is full: cancelled the oldest parked task")
             self._expire(oldest)
 
-    def unpark(self, sid: str) -> _Parked:
+    def unpark(self, sid: str) -> Parked:
         parked = self._parked.pop(sid)
         self._parked_bytes -= parked.weight
         parked.timer.cancel()

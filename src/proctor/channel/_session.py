@@ -1,6 +1,7 @@
 """A control session: JSON-RPC calls on one connection (hello, tasks.*, bye, tunnel).
 
-`_Session` runs over any `_Connection` of an `EnvServer`: it answers `hello` (checking
+`_Session` runs over any connection (a `Link`) of a `SessionHost` (the `EnvServer`, which
+keeps live sessions and parked tasks): it answers `hello` (checking
 the token and resuming or adopting a parked task), starts, solves, grades and cancels the
 task it holds, and parks that task when its connection goes away mid-task.
 """
@@ -11,10 +12,11 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._errors import ParseError, TaskError
 from .._usererror import format_traceback, redact
+from ..env._environment import Environment
 from ..env._runner import TaskRunner
 from ._framing import decode
 from ._messages import (
@@ -28,10 +30,7 @@ from ._messages import (
     result_frame,
 )
 
-if TYPE_CHECKING:
-    from ._server import EnvServer, _Connection
-
-__all__ = ["quiet_cancel"]
+__all__ = ["Link", "Parked", "SessionHost", "quiet_cancel"]
 
 log = logging.getLogger("proctor.channel")
 
@@ -39,10 +38,62 @@ _NOTIFY = object()  # reply id of a notification: executed, never answered
 _TASK_OVERHEAD = 16 * 1024  # bytes a parked task is counted beyond its start frames
 
 
+class Parked:
+    """A task whose connection went away mid-task, kept until a resume or `timer`."""
+
+    __slots__ = ("resume_token", "runner", "timer", "weight")
+
+    def __init__(
+        self, runner: TaskRunner, timer: asyncio.TimerHandle, resume_token: str, weight: int
+    ) -> None:
+        self.runner = runner
+        self.timer = timer
+        self.resume_token = resume_token
+        self.weight = weight
+
+
+class Link(Protocol):
+    """The connection a session answers on."""
+
+    def send(self, frame: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SessionHost(Protocol):
+    """What a session needs of its server (`EnvServer`): the environment, the table of
+    live sessions, parking, and a place to run background work."""
+
+    env: Environment
+    legacy_resume: bool
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+    def enter(self, session: _Session) -> None:
+        """`session` is live under its id."""
+        ...
+
+    def leave(self, session: _Session) -> None:
+        """`session` is no longer live under its id."""
+        ...
+
+    def is_live(self, sid: str) -> bool: ...
+
+    def resumable(self, sid: str, resume_token: str | None) -> bool: ...
+
+    def parked_ids(self) -> list[str]: ...
+
+    def park(self, sid: str, runner: TaskRunner, resume_token: str, weight: int) -> None: ...
+
+    def unpark(self, sid: str) -> Parked: ...
+
+    def bindings(self) -> list[dict[str, Any]]: ...
+
+
 class _Session:
     """The JSON-RPC dialogue of one control connection."""
 
-    def __init__(self, server: EnvServer, conn: _Connection) -> None:
+    def __init__(self, server: SessionHost, conn: Link) -> None:
         self.server = server
         self.conn = conn
         self.id = f"sess-{secrets.token_hex(8)}"
@@ -53,7 +104,7 @@ class _Session:
         self.reply_bytes = 0  # size of the last reply sent
         self.call: asyncio.Task[None] | None = None
         self.call_rid: Any = _NOTIFY
-        server._live[self.id] = self
+        server.enter(self)
 
     # -- framing ------------------------------------------------------------------
 
@@ -131,7 +182,7 @@ class _Session:
             if not server.resumable(sid, given):
                 self.error(rid, INVALID_REQUEST, f"hello: unknown session {sid} or wrong token")
                 return
-            if sid in server._live:
+            if server.is_live(sid):
                 self.error(
                     rid,
                     INVALID_REQUEST,
@@ -144,9 +195,9 @@ class _Session:
             parked = server.unpark(sid)
             self.runner, self.task_bytes = parked.runner, parked.weight
             self.resume_token = parked.resume_token
-            del server._live[self.id]
+            server.leave(self)
             self.id = sid
-            server._live[sid] = self
+            server.enter(self)
         env = self.server.env
         self.reply(
             rid,
@@ -182,7 +233,7 @@ class _Session:
     def grade(self, rid: Any, params: dict[str, Any]) -> None:
         runner, self.runner = self.runner, None
         if runner is None:
-            parked = list(self.server._parked)
+            parked = self.server.parked_ids()
             if not parked or not self.server.legacy_resume:
                 # Exactly HUD's text: `hud task grade --url` starts the task on it.
                 self.error(rid, INVALID_REQUEST, "no task in progress")
@@ -324,8 +375,7 @@ class _Session:
 
     def detach(self) -> None:
         """The connection is gone: park a suspended task, drop everything else."""
-        if self.server._live.get(self.id) is self:
-            del self.server._live[self.id]
+        self.server.leave(self)
         if self.call is not None:  # a call in flight is interrupted, never parked
             self.server.spawn(self._settle(self.call))
         elif self.runner is not None:

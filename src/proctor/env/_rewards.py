@@ -14,13 +14,12 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from .._errors import TemplateError
 
 if TYPE_CHECKING:
     from ..records._task import Task
-    from ._environment import Environment
     from ._workspace import Workspace
 
 __all__ = [
@@ -405,8 +404,15 @@ def group_reward(fn: Callable[..., Any], *, weight: float, name: str | None) -> 
     return GroupReward(label, fn, _weight(weight, f"group_reward {label!r}"))
 
 
+class GroupRewarded(Protocol):
+    """What `evaluate_group` reads of an environment: its group rewards."""
+
+    @property
+    def group_rewards(self) -> Sequence[GroupReward]: ...
+
+
 async def evaluate_group(
-    env: Environment, members: Sequence[GroupMember]
+    env: GroupRewarded, members: Sequence[GroupMember]
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Run every group reward of `env` on `members`: values per name, and errors per name.
 

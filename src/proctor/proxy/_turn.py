@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -31,9 +31,7 @@ from ..models._types import Usage
 from ..models._wire import StreamAccumulator, check_response, parse_response, usage_from
 from ._quotas import Hold
 from ._session import ProxySession, Replay, _KeyState
-
-if TYPE_CHECKING:
-    from ._proxy import Upstream
+from ._upstream import Upstream
 
 __all__ = ["Turn", "down_headers", "error_response"]
 

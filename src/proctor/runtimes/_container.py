@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import RuntimeLaunchError
+from .._resource import AsyncResource
 from ._base import Endpoint, Runtime, exit_cause
 from ._process import MARK, REAP, Tail, check_teardown, killpg, parse_report
 
@@ -61,7 +62,7 @@ def resolve_engine(engine: Engine | None = None) -> list[str]:
     raise RuntimeLaunchError(f"no container engine: {engine or 'podman or docker'} not on PATH")
 
 
-class ContainerRuntime(Runtime):
+class ContainerRuntime(Runtime, AsyncResource):
     """Serve each rollout's environment in its own container, removed at teardown.
 
     The container runs `python -m proctor.serve SOURCE` (or `command`) from `image`,
@@ -164,10 +165,8 @@ class ContainerRuntime(Runtime):
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         return self._endpoint(task)
 
-    async def __aenter__(self) -> ContainerRuntime:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
+    async def aclose(self) -> None:
+        """Remove this runtime's containers still there (`reconcile`)."""
         await self.reconcile()
 
     @property

@@ -22,15 +22,13 @@ import sys
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from .._errors import RuntimeLaunchError
 from .._tempdirs import owned_tempdir, sweep
 from ._process import REAP, Child
+from ._sandbox_limits import _Limits
 from ._warm import Forked, request
-
-if TYPE_CHECKING:
-    from ._sandbox import SandboxRuntime, _Limits
 
 log = logging.getLogger("proctor.runtimes.sandbox")
 
@@ -48,6 +46,24 @@ HOST_UIDS = range(0x70000000, 0x7FFE0000)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
 
+class SandboxSettings(Protocol):
+    """What the host side reads of its `SandboxRuntime`: where things are and the bounds."""
+
+    source: Path
+    env_name: str | None
+    network: Network
+    python: str
+    host_uid: int
+    env: dict[str, str]
+    binds: list[Path]
+    writable: list[Path]
+    limits: _Limits
+    startup_timeout: float
+    stop_timeout: float
+    log: str | Path | None
+    bwrap: str
+
+
 def _reconcile(tmpdir: str | Path) -> list[Path]:
     """Remove this user's `proctor-sandbox-PID-START-*` folders whose owner is gone."""
     return sweep("sandbox", tmpdir)
@@ -56,7 +72,7 @@ def _reconcile(tmpdir: str | Path) -> list[Path]:
 class _Host:
     """One runtime's host state: its folder, what to bind, and the mount helper (as root)."""
 
-    def __init__(self, runtime: SandboxRuntime, base: Path) -> None:
+    def __init__(self, runtime: SandboxSettings, base: Path) -> None:
         self.base = base
         self.binds: list[tuple[str, str, str]] = []  # (bwrap option, source, destination)
         self.helper: _Proc | None = None
@@ -66,7 +82,7 @@ class _Host:
         self.runtime = runtime
 
     @classmethod
-    async def create(cls, runtime: SandboxRuntime) -> _Host:
+    async def create(cls, runtime: SandboxSettings) -> _Host:
         """Find what to bind, make the folder, and (as root) stage the binds.
 
         Raises:
@@ -228,7 +244,7 @@ class _Host:
             self._cleanup()
 
 
-async def _python_paths(runtime: SandboxRuntime) -> list[Path]:
+async def _python_paths(runtime: SandboxSettings) -> list[Path]:
     """The interpreter's prefixes and `sys.path`, as it sees them inside the sandbox."""
     code = (
         "import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix,"
@@ -299,7 +315,7 @@ class _Proc(Child):
 
     warns = False
 
-    def __init__(self, runtime: SandboxRuntime, what: str) -> None:
+    def __init__(self, runtime: SandboxSettings, what: str) -> None:
         super().__init__(what, log, runtime.log)
         self.on_stdout: Callable[[bytes], bool] = lambda line: False  # True: consumed
 
@@ -316,7 +332,7 @@ class _Proc(Child):
 class _Cold:
     """One rollout's own sandbox: `bwrap ... --as-pid-1 python -m ..._sandbox_inside serve`."""
 
-    def __init__(self, runtime: SandboxRuntime) -> None:
+    def __init__(self, runtime: SandboxSettings) -> None:
         self.runtime = runtime
         self.proc = _Proc(runtime, "sandbox")
         self.pidfd: int | None = None
@@ -372,7 +388,7 @@ _ANNOUNCED = (b"PROCTOR_SERVE_PORT=", b"PROCTOR_SERVE_UNIX=")
 class _Zygote:
     """The warm pool: one sandbox whose zygote forks a rollout per request."""
 
-    def __init__(self, runtime: SandboxRuntime) -> None:
+    def __init__(self, runtime: SandboxSettings) -> None:
         self.runtime = runtime
         self.proc = _Proc(runtime, "sandbox zygote")
         self.ctl: socket.socket | None = None

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .._environ import allowed_environ
 from .._errors import RuntimeLaunchError
+from .._resource import AsyncResource
 from ._base import Endpoint, Runtime
 from ._isolate import INNER_PID
 from ._isolation import harden_driver, isolated
@@ -35,7 +36,7 @@ _READY = b"READY"  # what a zygote prints once loaded (`_zygote.READY`)
 _INNER = INNER_PID.encode()
 
 
-class SubprocessRuntime(Runtime):
+class SubprocessRuntime(Runtime, AsyncResource):
     """Serve each rollout's environment in its own child process.
 
     The child runs `python -m proctor.serve SOURCE` (or `command`), and the first
@@ -149,13 +150,10 @@ class SubprocessRuntime(Runtime):
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         return self._forked() if self.warm else self._endpoint()
 
-    async def __aenter__(self) -> SubprocessRuntime:
+    async def start(self) -> None:
+        """Start a warm runtime's zygote now rather than at the first rollout."""
         if self.warm:
             await self._warm_pool().start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop a warm runtime's zygotes and any child still serving."""

@@ -6,9 +6,9 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable, Iterable
-from types import TracebackType
 
 from .._http import HttpLimits, HttpServer
+from .._resource import AsyncResource
 from ._app import ViewApp
 from ._data import discover
 
@@ -26,7 +26,7 @@ _LIMITS = HttpLimits(
 )
 
 
-class ViewServer:
+class ViewServer(AsyncResource):
     """Serve the batches under `paths` (output dirs, or folders holding them).
 
     Off loopback a `token` is required. On loopback, requests must name the server by
@@ -72,18 +72,6 @@ class ViewServer:
         """End live streams, then stop the server."""
         self.app.closing.set()
         await self._http.aclose(grace=2.0)
-
-    async def __aenter__(self) -> ViewServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _hosts(host: str, port: int | None = None) -> frozenset[str]:
