@@ -3,6 +3,14 @@
 Chat-shaped history becomes a `system` plus alternating user/assistant turns; tool
 results become `tool_result` blocks (with `image` blocks for a result's images, as on
 user turns); cache breakpoints mark the stable prefix.
+
+Server-side compaction (`server_compaction=`, for models that support it) sends the
+`compact_20260112` context-management edit with its beta header; the `compaction`
+block an answer starts with rides on the chat-shaped message and goes back verbatim,
+first in that assistant turn, so the API continues from the summary. A request the
+API refuses for the edit is sent again without it, and compaction stays off for the
+client: a failed compaction is a no-op. Without `server_compaction` no request carries
+the edit or the header (the deterministic client compaction applies, if configured).
 """
 
 from __future__ import annotations
@@ -24,6 +32,13 @@ __all__ = ["MessagesAdapter", "anthropic_messages"]
 DEFAULT_MAX_TOKENS = 8192
 """Anthropic requires `max_tokens`; this is sent when the caller gives none."""
 
+COMPACTION_BETA = "compact-2026-01-12"
+COMPACTION_EDIT = "compact_20260112"
+DEFAULT_COMPACTION_TRIGGER = 150_000
+"""The API's documented default trigger for compaction, in input tokens."""
+MIN_COMPACTION_TRIGGER = 50_000
+"""The smallest trigger the API takes."""
+
 MIN_THINKING = 1024
 """The smallest `thinking.budget_tokens` the Messages API takes."""
 
@@ -44,10 +59,17 @@ class MessagesAdapter(ProviderAdapter):
         timeout: float,
         headers: dict[str, str],
         cache_prompt: bool = True,
+        server_compaction: int | None = None,
         **common: Any,
     ) -> None:
         super().__init__(model, spec, **common)
         self.cache_prompt = cache_prompt
+        if server_compaction is not None and server_compaction < MIN_COMPACTION_TRIGGER:
+            raise ValueError(
+                f"server_compaction triggers at {MIN_COMPACTION_TRIGGER} input tokens or "
+                f"more, not {server_compaction}"
+            )
+        self.server_compaction = server_compaction
         base = spec.base_url.removesuffix("/v1")  # the SDK adds /v1/messages itself
         self._sdk = anthropic.AsyncAnthropic(
             api_key=api_key,
@@ -84,10 +106,24 @@ class MessagesAdapter(ProviderAdapter):
             body["metadata"] = {"user_id": session_key}
         if self.cache_prompt:
             add_breakpoints(body)
+        if self.server_compaction is not None:
+            trigger = {"type": "input_tokens", "value": self.server_compaction}
+            body["context_management"] = {"edits": [{"type": COMPACTION_EDIT, "trigger": trigger}]}
         return {**body, **params}
 
     async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
-        """One `messages.create` through the SDK."""
+        """One `messages.create` through the SDK (again without the compaction edit
+        when the API refuses it; compaction is then off for this client)."""
+        plain = {k: v for k, v in body.items() if k != "context_management"}
+        if self.server_compaction is None or len(plain) == len(body):
+            return await self._create(plain, headers)
+        reply = await self._create(body, {**headers, "anthropic-beta": COMPACTION_BETA})
+        if reply.status == 400 and _refuses_compaction(reply.content):
+            self.server_compaction = None
+            return await self._create(plain, headers)
+        return reply
+
+    async def _create(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
         rest = {k: v for k, v in body.items() if k not in ("model", "messages", "max_tokens")}
         return await call_sdk(
             anthropic,
@@ -102,6 +138,12 @@ class MessagesAdapter(ProviderAdapter):
     async def aclose(self) -> None:
         """Close the SDK client and its connections."""
         await self._sdk.close()
+
+
+def _refuses_compaction(content: bytes) -> bool:
+    """Whether a 400's body blames the compaction edit (unsupported model, beta...)."""
+    text = content.decode(errors="replace").lower()
+    return "compact" in text or "context_management" in text
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:
@@ -154,7 +196,9 @@ def anthropic_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], l
 
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
-    blocks = [dict(b) for b in message.get("thinking_blocks") or []]
+    compaction = message.get("compaction")
+    blocks = [dict(compaction)] if isinstance(compaction, dict) else []
+    blocks += [dict(b) for b in message.get("thinking_blocks") or []]
     text = text_of(message.get("content"))
     if text:
         blocks.append({"type": "text", "text": text})

@@ -301,6 +301,7 @@ def model_client(
     cache_prompt: bool = True,
     params: Mapping[str, Any] | None = None,
     max_request_bytes: int | None = None,
+    server_compaction: int | None = None,
 ) -> ProviderAdapter:
     """A `ModelClient` for a model string (see `parse_model`).
 
@@ -324,6 +325,9 @@ def model_client(
         max_request_bytes: the request body ceiling (default: the provider's in
             `REQUEST_CEILINGS`, else none); old images are dropped from a request
             over it before it is sent.
+        server_compaction: Anthropic's server-side compaction, triggered at this many
+            input tokens (at least 50,000; the API's default is 150,000), for models
+            that support it; None: off, and no request carries its header.
 
     Raises:
         ValueError: a malformed model string, or `max_request_bytes` not positive.
@@ -337,9 +341,12 @@ def model_client(
         cache_prompt = cache_prompt and pinned.cache_prompt
         params = {**pinned.params, **(params or {})}
         max_request_bytes = max_request_bytes or pinned.max_request_bytes
+        server_compaction = server_compaction or pinned.server_compaction
     parsed = parse_model(spec if pinned is None else pinned.model)
     if max_request_bytes is not None and max_request_bytes <= 0:
         raise ValueError(f"max_request_bytes must be > 0, not {max_request_bytes!r}")
+    if server_compaction is not None and parsed.api != "messages":
+        raise ValueError(f"server_compaction is Anthropic Messages', not {parsed.api}'s ({spec})")
     key = _api_key(parsed, api_key)
     common: dict[str, Any] = {
         "max_request_bytes": max_request_bytes,
@@ -355,16 +362,21 @@ def model_client(
         if parsed.api == "messages":
             from ._anthropic import MessagesAdapter
 
-            return _pin(
-                MessagesAdapter(spec, parsed, cache_prompt=cache_prompt, **sdk, **common), pinned
+            claude = MessagesAdapter(
+                spec,
+                parsed,
+                cache_prompt=cache_prompt,
+                server_compaction=server_compaction,
+                **sdk,
+                **common,
             )
+            return _pin(claude, pinned)
         from ._openai import ChatAdapter, ResponsesAdapter
         from ._openrouter import OpenRouterResponsesAdapter
     except ImportError as exc:
         raise ImportError(f"{extra} is not installed: pip install 'proctor[{extra}]'") from exc
-    adapter: ProviderAdapter
     if parsed.api == "responses" and parsed.provider in _OPENROUTER:
-        adapter = OpenRouterResponsesAdapter(
+        adapter: ProviderAdapter = OpenRouterResponsesAdapter(
             spec, parsed, cache_prompt=cache_prompt, **sdk, **common
         )
     else:

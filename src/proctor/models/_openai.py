@@ -131,14 +131,15 @@ def chat_messages(messages: list[Message], *, reasoning: bool = True) -> list[Me
     An assistant message's `reasoning_content` goes back with its tool calls (reasoning
     models on Fireworks, DeepSeek, vLLM continue from it) unless `reasoning` is False.
     """
-    drop = ("thinking_blocks",) if reasoning else ("thinking_blocks", "reasoning_content")
+    drop = ("thinking_blocks", "compaction") + (() if reasoning else ("reasoning_content",))
     out: list[Message] = []
     pending: list[dict[str, Any]] = []  # tool results' images, for the user message after
     for m in messages:
         if m.get("role") != "tool" and pending:
             out.append({"role": "user", "content": pending})
             pending = []
-        # Anthropic thinking blocks ride along in chat-shaped history; OpenAI refuses them.
+        # Anthropic thinking and compaction blocks ride along in chat-shaped history;
+        # OpenAI refuses them.
         message = {k: v for k, v in m.items() if k not in drop}
         content = m.get("content")
         if isinstance(content, list) and any(is_image(p) for p in content):

@@ -63,6 +63,8 @@ class ModelProfile:
             outcomes a checkpoint keeps); None: none before a 413.
         cache_prompt: prompt caching (Anthropic breakpoints, OpenRouter's automatic
             caching on Anthropic routes).
+        server_compaction: Anthropic's server-side compaction trigger in input tokens,
+            for models that support it; None: off (no request carries its header).
         params: default request parameters (`max_tokens`, `temperature`, `thinking`...).
         price: the price per 1M tokens; None: the shipped table's for the model.
 
@@ -76,6 +78,7 @@ class ModelProfile:
     max_request_bytes: int | None = None
     context: ContextPolicy | None = None
     cache_prompt: bool = True
+    server_compaction: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     price: Price | None = None
 
@@ -94,6 +97,8 @@ class ModelProfile:
             raise ValueError(f"profile {ref!r}: {exc}") from None
         if self.max_request_bytes is not None and self.max_request_bytes <= 0:
             raise ValueError(f"profile {ref!r}: max_request_bytes must be > 0")
+        if self.server_compaction is not None and parse_model(self.model).api != "messages":
+            raise ValueError(f"profile {ref!r}: server_compaction is Anthropic Messages' only")
 
     @property
     def ref(self) -> str:
@@ -121,6 +126,7 @@ class ModelProfile:
             "max_request_bytes": self.max_request_bytes,
             "context": None if self.context is None else asdict(self.context),
             "cache_prompt": self.cache_prompt,
+            "server_compaction": self.server_compaction,
             "params": dict(self.params),
             "price": None if price is None else asdict(price),
         }
@@ -132,6 +138,14 @@ _BUILTIN: tuple[ModelProfile, ...] = (
         1,
         "anthropic/claude-sonnet-4-5",
         max_request_bytes=24 * _MIB,
+        params={"max_tokens": 16384},
+    ),
+    ModelProfile(
+        "anthropic-claude-opus-4-6-compaction",
+        1,
+        "anthropic/claude-opus-4-6",
+        max_request_bytes=24 * _MIB,
+        server_compaction=150_000,  # the API's documented default trigger
         params={"max_tokens": 16384},
     ),
     ModelProfile(

@@ -279,6 +279,7 @@ def _parse_messages(body: dict[str, Any]) -> Parsed:
     texts: list[str] = []
     calls: list[ToolCall] = []
     thinking: list[dict[str, Any]] = []
+    summary: dict[str, Any] | None = None
     for block in map(_dict, blocks):
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
@@ -289,8 +290,13 @@ def _parse_messages(body: dict[str, Any]) -> Parsed:
             calls.append(_tool_call(block.get("id"), block.get("name"), block["input"]))
         elif kind in ("thinking", "redacted_thinking"):
             thinking.append(block)
+        elif kind == "compaction" and isinstance(block.get("content"), str):
+            summary = block if block["content"].strip() else summary  # empty: failed
     content = "".join(texts) if texts else None
     message = _message(content, calls)
+    if summary is not None:
+        # Server-side compaction: it goes back verbatim, first in this turn.
+        message["compaction"] = summary
     if thinking:
         # Anthropic wants them back verbatim in the next turn when tools are in play.
         message["thinking_blocks"] = thinking

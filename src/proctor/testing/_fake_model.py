@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 import orjson
 
 from .._http import Abort, HttpServer, Request, Response
-from ._fake_model_anthropic import messages_body, messages_events
+from ._fake_model_anthropic import compaction_problem, messages_body, messages_events
 from ._fake_model_errors import error_response
 from ._fake_model_images import images_of
 from ._fake_model_openai import chat_body, chat_events, responses_body, responses_events
@@ -170,6 +170,8 @@ class FakeModelServer:
         limit = self.max_body or (ANTHROPIC_MAX_BODY if api == "messages" else None)
         too_large = limit is not None and len(request.body) > limit
         problem = None if too_large else _invalid(api, body) or images_of(api, body)[1]
+        if problem is None and not too_large and api == "messages":
+            problem = compaction_problem(request.headers.get("anthropic-beta"), body)
         ok = problem is None and not too_large
         fault = self._faults.popleft() if self._faults and ok else None
         fake = FakeRequest(

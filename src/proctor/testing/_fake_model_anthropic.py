@@ -6,9 +6,11 @@ from typing import Any
 
 import orjson
 
-from ._fake_model_turn import Turn, groups
+from ._fake_model_turn import Turn, compacting, groups
 
-__all__ = ["messages_body", "messages_events"]
+__all__ = ["compaction_problem", "messages_body", "messages_events"]
+
+COMPACTION_BETA = "compact-2026-01-12"
 
 _STOP = {
     "stop": "end_turn",
@@ -40,6 +42,8 @@ def messages_body(turn: Turn) -> bytes:
     """A `message` object with its text and tool_use blocks."""
     message = _message(turn)
     message["content"] = _blocks(turn)
+    if turn.compaction is not None:
+        message["content"].insert(0, {"type": "compaction", "content": turn.compaction})
     message["stop_reason"] = _STOP.get(turn.finish, turn.finish)
     message["usage"] = messages_usage(turn, turn.output_tokens)
     return orjson.dumps(message)
@@ -115,3 +119,29 @@ def _input(arguments: str) -> Any:
     except orjson.JSONDecodeError:
         return arguments
     return value if isinstance(value, dict) else arguments
+
+
+def compaction_problem(beta: str | None, body: Any) -> str | None:
+    """What the Messages API refuses about server-side compaction in a request: the
+    edit or a replayed `compaction` block without the beta header, a trigger under
+    50,000 tokens, a block outside an assistant turn or without its summary."""
+    blocks = [
+        (message.get("role"), block)
+        for message in body.get("messages") or ()
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "compaction"
+    ]
+    if not compacting(body) and not blocks:
+        return None
+    betas = {b.strip() for b in (beta or "").split(",")}
+    if COMPACTION_BETA not in betas:
+        return f"context_management compaction requires the beta header {COMPACTION_BETA}."
+    for edit in body.get("context_management", {}).get("edits") or ():
+        value = (edit.get("trigger") or {}).get("value") if isinstance(edit, dict) else None
+        if isinstance(value, int) and value < 50_000:
+            return "context_management.edits.0.trigger.value: must be at least 50000."
+    for role, block in blocks:
+        if role != "assistant" or not isinstance(block.get("content"), str):
+            return "messages: a compaction block goes in an assistant turn, with its content."
+    return None

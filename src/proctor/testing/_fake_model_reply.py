@@ -47,6 +47,9 @@ class Reply:
         model: the model name answered; None echoes the request's.
         reasoning: a reasoning model's thoughts, as Chat Completions'
             `reasoning_content` (Fireworks, DeepSeek, vLLM); other APIs leave it out.
+        compaction: the summary of Anthropic's server-side compaction: a `compaction`
+            block first in a Messages answer (unstreamed) to a request that enabled
+            the edit; "" plays a failed compaction (an empty block).
     """
 
     text: str | None = None
@@ -62,6 +65,7 @@ class Reply:
     chunk_delay: float = 0.0
     model: str | None = None
     reasoning: str | None = None
+    compaction: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))

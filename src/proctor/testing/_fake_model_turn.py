@@ -86,6 +86,7 @@ class Turn:
     as_token_ids: bool = False
     prompt_ids: list[int] | None = None  # set when the request asks for token ids
     reasoning: str | None = None
+    compaction: str | None = None
 
     def logprobs(self, tokens: list[str], *, with_bytes: bool = True) -> list[dict[str, Any]]:
         """Logprob entries for `tokens` (vLLM's `token_id:N` form when asked)."""
@@ -146,11 +147,21 @@ def make_turn(request: FakeRequest, reply: Reply, serial: str) -> Turn:
         chunks=reply.chunks,
         chunk_delay=reply.chunk_delay,
         reasoning=reply.reasoning,
+        compaction=reply.compaction if compacting(body) else None,
     )
     _apply_options(turn, request, body)
     if turn.prompt_ids is not None and reply.input_tokens is None:
         turn.input_tokens = len(turn.prompt_ids)
     return turn
+
+
+def compacting(body: Any) -> bool:
+    """Whether a Messages request enables server-side compaction (`compact_*` edit)."""
+    management = body.get("context_management") if isinstance(body, dict) else None
+    edits = management.get("edits") if isinstance(management, dict) else None
+    return any(
+        isinstance(e, dict) and str(e.get("type", "")).startswith("compact_") for e in edits or ()
+    )
 
 
 def _call(call: FakeToolCall, serial: str, i: int, api: str) -> Call:
