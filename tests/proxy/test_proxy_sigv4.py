@@ -4,6 +4,7 @@ signed with the driver's AWS credentials, which never reach the harness or the t
 from __future__ import annotations
 
 import base64
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ import pytest
 
 from _support.aws import isolated_aws
 from _support.images import png_bytes
+from proctor import Environment, rollout
+from proctor.agents import CommandAgent, ToolAgent
 from proctor.proxy import InterceptionProxy, Upstream
 from proctor.records import Trace
 from proctor.testing import FakeBedrockServer, FakeClock, Reply
@@ -198,3 +201,40 @@ async def test_converse_errors_reach_the_harness_in_openai_shape(aws_env: Use) -
                 await harness.close()
     assert caught.value.code == "ValidationException"
     assert "model identifier is invalid" in caught.value.message
+
+
+env = Environment("bedrock-proxied")
+
+
+@env.template
+async def say(word: str):  # type: ignore[no-untyped-def]
+    answer = yield f"say {word}"
+    yield 1.0 if word in str(answer) else 0.0
+
+
+HARNESS = [sys.executable, str(Path(__file__).with_name("harness.py"))]
+
+
+async def test_rollouts_on_a_bedrock_model_through_the_proxy(
+    aws_env: Use, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A harness process (Chat Completions over plain HTTP) and a ToolAgent both run on
+    a Bedrock Converse model through the proxy; neither sees an AWS credential."""
+    async with FakeBedrockServer(models=(CLAUDE,)) as fake:
+        aws_env(fake)
+        model = fake.model_string()
+        async with InterceptionProxy(Upstream.of(model)) as proxy:
+            command = CommandAgent(HARNESS, env={"HARNESS_TURNS": "2"}, answer="json")
+            harness_run = await rollout(say(word="apple"), command, proxy=proxy)
+            tool_run = await rollout(say(word="pear"), ToolAgent(model), proxy=proxy)
+    assert harness_run.error is None, harness_run.error
+    assert harness_run.reward == 1.0 and harness_run.answer["leaked"] == []
+    assert tool_run.error is None, tool_run.error
+    assert tool_run.reward == 1.0
+    assert len(fake.requests) == 3 and not fake.refused
+    assert all(r.api == "converse" for r in fake.requests)
+    for run in (harness_run, tool_run):
+        assert run.cost is not None and run.cost > 0
+        text = orjson.dumps(run.to_dict(), default=str).decode().lower()
+        for secret in _secrets(fake):
+            assert secret.lower() not in text, secret

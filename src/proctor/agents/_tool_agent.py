@@ -317,7 +317,8 @@ def _through(model: str, base_url: str) -> str:
     spec = parse_model(model)
     if spec.api == "messages":
         return f"anthropic/{spec.model}@{base_url.removesuffix('/v1')}"
-    return f"openai/{spec.model}@{base_url}?api={spec.api}"
+    api = "chat" if spec.api == "converse" else spec.api  # the proxy translates Converse
+    return f"openai/{spec.model}@{base_url}?api={api}"
 
 
 def _finish(run: Run, response: ModelResponse, reason: str, steps: int) -> None:
