@@ -247,3 +247,47 @@ def test_bedrock_ids_are_priced_as_their_vendor_models() -> None:
     assert price_of(MODEL) == price_of(f"us.{MODEL}") == price_of(f"bedrock/{MODEL}") == vendor
     assert price_of("amazon.titan-text-express-v1") is None
     assert price_of("gpt-4.1-mini") is not None
+
+
+async def test_reasoning_is_kept_and_replayed_with_its_tool_call(
+    fake: FakeBedrockServer, aws_env: Callable[[FakeBedrockServer], None]
+) -> None:
+    aws_env(fake)
+    thinking = Reply(reasoning="The user wants files.", tool_calls=Reply.tool("shell").tool_calls)
+    _script(fake, thinking, "listed")
+    history: list[dict] = [{"role": "user", "content": "list files"}]
+    async with aws_client(fake.model_string()) as client:
+        first = await client.complete(history, tools=[SHELL])
+        assert first.message["reasoning_content"] == "The user wants files."
+        (call,) = first.tool_calls
+        history += [first.message, {"role": "tool", "tool_call_id": call.id, "content": "a.txt"}]
+        await client.complete(history, tools=[SHELL])
+    replayed = fake.requests[1].json["messages"][1]["content"]
+    assert replayed[0] == {"reasoningContent": {"reasoningText": {"text": "The user wants files."}}}
+    assert replayed[1]["toolUse"]["toolUseId"] == call.id
+
+
+async def test_bedrock_error_types_follow_the_retry_contract(
+    fake: FakeBedrockServer, aws_env: Callable[[FakeBedrockServer], None]
+) -> None:
+    aws_env(fake)
+    _script(fake, "ok")
+    fake.inject(
+        Fault.status(429, headers={"x-amzn-errortype": "ModelNotReadyException"}),
+        Fault.status(408),  # ModelTimeoutException
+        Fault.status(400, message="Input is too long for requested model."),
+    )
+    history = [{"role": "user", "content": "the task"}]
+    for i in range(12):
+        history += [
+            {"role": "assistant", "content": f"step {i} " * 50},
+            {"role": "user", "content": "go on"},
+        ]
+    async with aws_client(
+        fake.model_string(), retry=RetryPolicy(jitter=0.0), clock=FakeClock()
+    ) as client:
+        response = await client.complete(history)
+    assert [a.cause for a in response.attempts] == ["throttled", "transport", "oversize", "ok"]
+    assert "ModelNotReadyException" in (response.attempts[0].error or "")
+    sizes = [len(r.body) for r in fake.requests]
+    assert sizes[3] <= sizes[2] // 2  # one rewrite to at most half the refused body

@@ -176,11 +176,13 @@ class FakeBedrockServer(FakeModelServer):
         return Response(200, [_JSON, ("x-amzn-requestid", serial)], payload)
 
     def _converse_fault(self, request: FakeRequest, fault: Fault, serial: str) -> Response:
-        if fault.kind == "status":
-            headers = fault.headers
+        if fault.kind == "status":  # an `x-amzn-errortype` header names the AWS type
+            kinds = [v for k, v in fault.headers if k.lower() == "x-amzn-errortype"]
+            headers = tuple((k, v) for k, v in fault.headers if k.lower() != "x-amzn-errortype")
             if fault.retry_after is not None:
                 headers = (("retry-after", f"{fault.retry_after:g}"), *headers)
-            return aws_error(fault.code, fault.message or f"HTTP {fault.code}", None, headers)
+            message = fault.message or f"HTTP {fault.code}"
+            return aws_error(fault.code, message, kinds[0] if kinds else None, headers)
         if fault.kind == "reset" and not fault.mid_body:
             raise Abort
         missing = fault.kind == "missing_tool_calls"
