@@ -168,3 +168,22 @@ async def test_a_profiles_anthropic_params_and_ceiling_reach_the_request(
     sent = fake.requests[0].json
     assert sent["thinking"]["budget_tokens"] == 4095
     assert "cache_control" not in orjson.dumps(sent).decode()
+
+
+async def test_a_profile_applies_to_a_model_string_pointing_elsewhere(
+    fake: FakeModelServer,
+) -> None:
+    register_profile(
+        ModelProfile(
+            "remote-chat",
+            1,
+            "fireworks/accounts/fireworks/models/kimi-k2-instruct-0905",
+            params={"max_tokens": 55},
+            price=Price(input=1.0, output=1.0),
+        )
+    )
+    proxied = f"openai/accounts/fireworks/models/kimi-k2-instruct-0905@{fake.url}?api=chat"
+    async with model_client(proxied, api_key="s", profile="profile:remote-chat@1") as client:
+        response = await client.complete(TASK)
+    assert fake.requests[0].json["max_tokens"] == 55
+    assert response.cost == pytest.approx(response.usage.total_tokens / 1e6)

@@ -175,6 +175,7 @@ class ToolAgent:
                 _through(self.model, session.base_url),
                 api_key=session.secret,
                 retry=RetryPolicy(max_transport=1, max_malformed=1),
+                profile=self.model if self.model.startswith("profile:") else None,
             )
         stack.push_async_callback(client.aclose)
         return client

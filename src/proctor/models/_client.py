@@ -302,6 +302,7 @@ def model_client(
     params: Mapping[str, Any] | None = None,
     max_request_bytes: int | None = None,
     server_compaction: int | None = None,
+    profile: str | None = None,
 ) -> ProviderAdapter:
     """A `ModelClient` for a model string (see `parse_model`).
 
@@ -328,6 +329,9 @@ def model_client(
         server_compaction: Anthropic's server-side compaction, triggered at this many
             input tokens (at least 50,000; the API's default is 150,000), for models
             that support it; None: off, and no request carries its header.
+        profile: a model profile (`profile:NAME@VERSION`) whose settings apply to
+            `spec` pointing elsewhere (e.g. an agent's profile model reached through
+            an interception proxy).
 
     Raises:
         ValueError: a malformed model string, or `max_request_bytes` not positive.
@@ -335,14 +339,15 @@ def model_client(
         ImportError: the provider's SDK is not installed (names the extra).
     """
     pinned = None
-    if spec.strip().startswith(PROFILE_PREFIX):
-        pinned = model_profile(spec)
+    named = spec.strip().startswith(PROFILE_PREFIX)
+    if named or profile is not None:
+        pinned = model_profile(spec if named else str(profile))
         context = context if context is not None else pinned.context
         cache_prompt = cache_prompt and pinned.cache_prompt
         params = {**pinned.params, **(params or {})}
         max_request_bytes = max_request_bytes or pinned.max_request_bytes
         server_compaction = server_compaction or pinned.server_compaction
-    parsed = parse_model(spec if pinned is None else pinned.model)
+    parsed = parse_model(pinned.model if named and pinned is not None else spec)
     if max_request_bytes is not None and max_request_bytes <= 0:
         raise ValueError(f"max_request_bytes must be > 0, not {max_request_bytes!r}")
     if server_compaction is not None and parsed.api != "messages":
