@@ -31,6 +31,8 @@ def test_the_table_is_dated_and_every_entry_is_well_formed() -> None:
         ("gpt-4.1-mini-2025-04-14", "gpt-4.1-mini"),
         ("openai/gpt-4.1-mini", "gpt-4.1-mini"),
         ("openrouter/openai/gpt-4.1", "gpt-4.1"),
+        ("openrouter-responses/anthropic/claude-sonnet-4.5", "claude-sonnet-4-5"),
+        ("openrouter/anthropic/claude-opus-4.6", "claude-opus-4-6"),
         ("anthropic/claude-sonnet-4-5", "claude-sonnet-4-5"),
         ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
         ("claude-3-5-haiku-latest", "claude-3-5-haiku"),

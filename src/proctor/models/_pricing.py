@@ -15,6 +15,8 @@ from ._types import Usage
 __all__ = ["Price", "cost", "price_of", "pricing_date"]
 
 _SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+_DOTTED = re.compile(r"(?<=\d)\.(?=\d)")
+"""A dot between version digits, as OpenRouter names Anthropic models."""
 # A Bedrock model id: an optional inference-profile region, the vendor, the vendor's
 # model name, a version (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`).
 _BEDROCK = re.compile(
@@ -71,14 +73,14 @@ def price_of(model: str) -> Price | None:
     """The price of a model, or None when the table does not know it.
 
     Accepts bare names (`gpt-4.1-mini`), dated snapshots (`claude-sonnet-4-5-20250929`,
-    `gpt-4.1-mini-2025-04-14`) and model strings (`anthropic/claude-sonnet-4-5`,
-    `openrouter/openai/gpt-4.1`) and Bedrock ids (`bedrock/anthropic.claude-sonnet-4-5-
-    20250929-v1:0`, an inference profile's `us.` prefix too); a base URL after `@` is
-    ignored.
+    `gpt-4.1-mini-2025-04-14`), model strings (`anthropic/claude-sonnet-4-5`,
+    `openrouter/openai/gpt-4.1`, OpenRouter's dotted `anthropic/claude-sonnet-4.5`) and
+    Bedrock ids (`bedrock/anthropic.claude-sonnet-4-5-20250929-v1:0`, an inference
+    profile's `us.` prefix too); a base URL after `@` is ignored.
     """
     name = model.split("@", 1)[0].rsplit("/", 1)[-1].lower()
     table = _table()
-    candidates = [name, _SUFFIX.sub("", name)]
+    candidates = [name, _SUFFIX.sub("", name), _DOTTED.sub("-", name)]  # claude-sonnet-4.5
     if bedrock := _BEDROCK.fullmatch(name):
         candidates += [bedrock["name"], _SUFFIX.sub("", bedrock["name"])]
     for candidate in candidates:
