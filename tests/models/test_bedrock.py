@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,7 +71,7 @@ async def test_forced_tool_then_tool_result_with_image(
 ) -> None:
     aws_env(fake)
     _script(fake, Reply.tool("shell", command="ls"), "I see the screen.")
-    history: list[dict] = [{"role": "user", "content": "list files"}]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
     async with aws_client(fake.model_string()) as client:
         first = await client.complete(
             history,
@@ -255,7 +256,7 @@ async def test_reasoning_is_kept_and_replayed_with_its_tool_call(
     aws_env(fake)
     thinking = Reply(reasoning="The user wants files.", tool_calls=Reply.tool("shell").tool_calls)
     _script(fake, thinking, "listed")
-    history: list[dict] = [{"role": "user", "content": "list files"}]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
     async with aws_client(fake.model_string()) as client:
         first = await client.complete(history, tools=[SHELL])
         assert first.message["reasoning_content"] == "The user wants files."

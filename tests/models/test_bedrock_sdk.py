@@ -18,8 +18,8 @@ from proctor.models import aws_client
 from proctor.testing import FakeBedrockServer, Reply
 
 boto3 = pytest.importorskip("boto3")
-from botocore.config import Config  # noqa: E402
-from botocore.exceptions import ClientError  # noqa: E402
+from botocore.config import Config  # type: ignore[import-untyped, unused-ignore]  # noqa: E402
+from botocore.exceptions import ClientError  # type: ignore[import-untyped, unused-ignore]  # noqa: E402
 
 MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
 TEXT_ONLY = "meta.llama3-8b-instruct-v1:0"
@@ -147,10 +147,10 @@ async def test_signed_chat_completions(fake: FakeBedrockServer, aws_env: Use) ->
     assert request.api == "chat" and request.path == "/v1/chat/completions"
     assert (request.headers.get("authorization") or "").startswith("AWS4-HMAC-SHA256 ")
     async with HttpClient() as http:  # unsigned: refused, never answered
-        response = await http.request("POST", fake.url + "/chat/completions", body=b"{}")
-        await response.read()
-    assert response.status == 403
-    assert response.headers.get("x-amzn-errortype") == "MissingAuthenticationTokenException:"
+        unsigned = await http.request("POST", fake.url + "/chat/completions", body=b"{}")
+        await unsigned.read()
+    assert unsigned.status == 403
+    assert unsigned.headers.get("x-amzn-errortype") == "MissingAuthenticationTokenException:"
 
 
 async def test_signed_endpoint_with_another_service_name(aws_env: Use) -> None:

@@ -45,8 +45,8 @@ class AwsSigner:
         self, method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes
     ) -> list[tuple[str, str]]:
         """`headers` plus `X-Amz-Date`, the session token if any, and `Authorization`."""
-        from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
-        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
+        from botocore.auth import SigV4Auth  # type: ignore[import-untyped, unused-ignore]
+        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped, unused-ignore]
 
         kept = {k.lower(): v for k, v in headers if k.lower() not in _UNSIGNED}
         request = AWSRequest(method=method, url=url, data=body, headers=kept)
@@ -66,8 +66,8 @@ def aws_signer(
         ImportError: botocore is not installed (names the extra).
     """
     try:
-        import botocore.exceptions  # type: ignore[import-untyped]
-        import botocore.session  # type: ignore[import-untyped]
+        import botocore.exceptions  # type: ignore[import-untyped, unused-ignore]
+        import botocore.session  # type: ignore[import-untyped, unused-ignore]
     except ImportError as exc:
         raise ImportError("boto3 is not installed: pip install 'proctor[bedrock]'") from exc
     try:

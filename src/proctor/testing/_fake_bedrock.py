@@ -82,6 +82,10 @@ class FakeBedrockServer(FakeModelServer):
         self._secret = secret_key
         self.refused: list[SignatureError] = []
 
+    async def __aenter__(self) -> FakeBedrockServer:
+        await self.start()
+        return self
+
     def environ(self) -> dict[str, str]:
         """The AWS variables that make botocore's standard chain sign for this fake."""
         return {

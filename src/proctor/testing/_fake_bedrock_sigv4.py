@@ -47,9 +47,9 @@ def check_signature(
     Raises:
         SignatureError: missing, unknown, stale or wrong.
     """
-    from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
-    from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
-    from botocore.credentials import Credentials  # type: ignore[import-untyped]
+    from botocore.auth import SigV4Auth  # type: ignore[import-untyped, unused-ignore]
+    from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped, unused-ignore]
+    from botocore.credentials import Credentials  # type: ignore[import-untyped, unused-ignore]
 
     header = request.headers.get("authorization") or ""
     match = _AUTH.fullmatch(header.strip())
