@@ -22,7 +22,7 @@ class Upstream:
             `https://api.anthropic.com`).
         kind: `openai` (chat, responses, models) or `anthropic` (messages).
         api_key: the real key; kept out of repr, traces and logs.
-        signer: signs each attempt with AWS SigV4 (a `mantle/` upstream) with the
+        signer: signs each attempt with AWS SigV4 (`mantle/`, `bedrock/`) with the
             driver's credentials, which never reach the harness; out of repr.
         converse: chat completions go to Bedrock Converse (`model` at `base_url`),
             translated there and back; a harness that streams gets the answer as one
