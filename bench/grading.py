@@ -284,7 +284,7 @@ def build_seed(ws: Path, rollouts: int) -> dict[str, Any]:
                 "agents": [agent],
                 "runtime": {"kind": "local", "trusted": True},
                 "repeats": 4,
-                "max_concurrency": 32,
+                "max_concurrent": 32,
                 "expected_rollouts": tasks * 4,
             }
             (ws / "batch.json").write_text(json.dumps(config))

@@ -349,7 +349,7 @@ agent = ToolAgent(os.environ["BENCH_VIEW_MODEL"], max_steps=4, tools=[reverse_wo
 
 CONFIG = """
 name = "letters-demo"
-max_concurrency = 4
+max_concurrent = 4
 repeats = 2
 expected_rollouts = 48
 

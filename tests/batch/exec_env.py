@@ -134,7 +134,7 @@ def config(**overrides: Any) -> dict[str, Any]:
         "taskset": {"source": "tasks.json", "env_source": "env.py"},
         "agents": [{"kind": "python", "agent": "agents.py:solver"}],
         "runtime": {"kind": "local", "trusted": True},
-        "max_concurrency": 2,
+        "max_concurrent": 2,
         "expected_rollouts": 3,
     }
     base.update(overrides)

@@ -57,7 +57,7 @@ def config(**overrides: Any) -> dict[str, Any]:
         "taskset": {"source": "tasks.json", "env_source": "env.py"},
         "agents": [{"kind": "python", "agent": "env.py:solver"}],
         "runtime": {"kind": "subprocess"},
-        "max_concurrency": 2,
+        "max_concurrent": 2,
         "expected_rollouts": 3,
     }
     base.update(overrides)

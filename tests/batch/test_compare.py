@@ -47,7 +47,7 @@ def _batch(root: Path, out: str, agents: list[str], tasks: int, repeats: int) ->
         agents=[{"kind": "python", "agent": f"agents.py:{a}", "name": a} for a in agents],
         repeats=repeats,
         expected_rollouts=tasks * len(agents) * repeats,
-        max_concurrency=4,
+        max_concurrent=4,
     )
     result = execute(write_config(root, data, f"{out}.json"), root / out)
     assert result.launched and not result.error

@@ -23,7 +23,7 @@ from proctor.batch._config_runtime import build_runtime
 
 TOML = """\
 name = "smoke"
-max_concurrency = 4
+max_concurrent = 4
 expected_rollouts = 6
 repeats = 2
 
@@ -159,7 +159,7 @@ def test_a_wrong_kind_is_named(tmp_path: Path) -> None:
 
 
 def test_syntax_errors_name_the_line_in_both_formats(tmp_path: Path) -> None:
-    bad_json = write(tmp_path, "b.json", '{\n  "max_concurrency": 2,\n  "agents": [,]\n}\n')
+    bad_json = write(tmp_path, "b.json", '{\n  "max_concurrent": 2,\n  "agents": [,]\n}\n')
     [(line, _, message)] = problems(bad_json)
     assert line == 3 and message.startswith("invalid JSON")
     bad_toml = write(tmp_path, "b.toml", 'name = "x"\nrepeats = = 2\n')
@@ -290,3 +290,33 @@ def test_a_runtime_without_a_source_or_token_is_refused(
     cfg = load_config(write_json(tmp_path, config(runtime=url)))
     with pytest.raises(BatchConfigError, match="ENV_TOKEN is not set"):
         build_runtime(cfg)
+
+
+def test_the_old_concurrency_key_is_read_and_warned_for_one_release(tmp_path: Path) -> None:
+    old = config()
+    old["max_concurrency"] = old.pop("max_concurrent")
+    with pytest.warns(DeprecationWarning, match="name it max_concurrent"):
+        cfg = load_config(write_json(tmp_path, old))
+    assert cfg.max_concurrent == 2
+    assert cfg.deprecated == [
+        "max_concurrency is deprecated: name it max_concurrent (same meaning)"
+    ]
+    assert BatchConfig.model_validate(config()).deprecated == []
+    both = {**config(), "max_concurrency": 3}
+    with pytest.raises(BatchConfigError, match="max_concurrency is the old name of max_concurrent"):
+        load_config(write_json(tmp_path, both, "both.json"))
+
+
+def test_digests_recorded_before_the_rename_still_match() -> None:
+    # What the runner before the rename recorded for these configs: `resume` compares it.
+    assert BatchConfig.model_validate(config()).digest() == (
+        "e80e70dbed0569f631c7c627e1d1dff24b4e940c809ebdf16906f2788ecf1349"
+    )
+    ray = BatchConfig.model_validate(config(executor={"kind": "ray"}))
+    assert ray.digest() == "f51ce5dc67740953f4b8c7ec055138bfa86f246cc81da79c6b113c63ce9cd61f"
+
+
+def test_a_ray_shard_concurrency_is_ignored_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="max_concurrent bounds the rollouts"):
+        cfg = BatchConfig.model_validate(config(executor={"kind": "ray", "concurrency": 8}))
+    assert cfg.deprecated and "executor.concurrency" in cfg.deprecated[0]

@@ -56,7 +56,7 @@ def _config(tmp_path: Path, image: str) -> Path:
         "taskset": {"source": "tasks.jsonl", "env_source": str(HERE / "adopt_env.py")},
         "agents": [{"kind": "python", "agent": f"{HERE / 'adopt_agent.py'}:Patient"}],
         "runtime": runtime,
-        "max_concurrency": 2,
+        "max_concurrent": 2,
         "expected_rollouts": 2,
         "timeouts": {"rollout": 200},
     }

@@ -96,7 +96,7 @@ def _config(servers: dict[str, Any], trial: int) -> Path:
             }
         ],
         "runtime": {"kind": "url", "url": servers["env_url"], "token_env": "CRASH_TOKEN"},
-        "max_concurrency": 3,
+        "max_concurrent": 3,
         "expected_rollouts": ROWS,
         "timeouts": {"rollout": 60},
     }

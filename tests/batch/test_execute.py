@@ -300,7 +300,7 @@ async def test_the_batch_cost_cap_stops_launching_and_stops_turns_at_the_proxy(
         {"env": "mini", "id": "add", "args": {"a": i, "b": 1}, "slug": f"a{i}"} for i in range(6)
     ]
     cfg = batch_of(
-        tmp_path, rows, agents=[tool_agent(fake, max_steps=5)], cost_cap=1e-9, max_concurrency=2
+        tmp_path, rows, agents=[tool_agent(fake, max_steps=5)], cost_cap=1e-9, max_concurrent=2
     )
     out = tmp_path / "out"
     result = await aexecute(cfg, out)
@@ -561,7 +561,7 @@ def test_resume_refuses_an_edited_config(tmp_path: Path) -> None:
     cfg = batch_of(tmp_path)
     out = tmp_path / "out"
     execute(cfg, out)
-    cfg.write_text(json.dumps(config(max_concurrency=1), indent=2))
+    cfg.write_text(json.dumps(config(max_concurrent=1), indent=2))
     with pytest.raises(StoreError, match="changed since the batch started"):
         resume(out)
     proc = cli("batch", "--resume", str(out), "--quiet", check=None)
@@ -631,7 +631,7 @@ async def test_what_an_archived_attempt_spent_still_counts(
 
 def test_an_interrupted_cli_batch_resumes_what_is_left(tmp_path: Path) -> None:
     cfg = batch_of(
-        tmp_path, agents=[{"kind": "python", "agent": "agents.py:blocker"}], max_concurrency=1
+        tmp_path, agents=[{"kind": "python", "agent": "agents.py:blocker"}], max_concurrent=1
     )
     out = tmp_path / "out"
     child = subprocess.Popen(
@@ -672,7 +672,7 @@ async def test_a_cancelled_batch_records_its_in_flight_rollouts_interrupted(
     tmp_path: Path,
 ) -> None:
     cfg = batch_of(
-        tmp_path, agents=[{"kind": "python", "agent": "agents.py:blocker"}], max_concurrency=2
+        tmp_path, agents=[{"kind": "python", "agent": "agents.py:blocker"}], max_concurrent=2
     )
     out = tmp_path / "out"
     task = asyncio.create_task(aexecute(cfg, out))

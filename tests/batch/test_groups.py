@@ -81,7 +81,7 @@ def test_a_group_gets_its_rewards_and_advantages_in_the_records(tmp_path: Path) 
 
 
 def test_a_group_split_across_runners_is_completed_by_the_resume(tmp_path: Path) -> None:
-    cfg = _batch(tmp_path, "gated", max_concurrency=1)
+    cfg = _batch(tmp_path, "gated", max_concurrent=1)
     out = tmp_path / "out"
 
     def interrupt() -> None:  # once r3 blocks, r1 and r2 have ended: stop the runner

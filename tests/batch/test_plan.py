@@ -320,7 +320,7 @@ def test_a_container_runtime_loads_the_environment_in_a_probe_container(tmp_path
 async def test_a_wave_larger_than_memory_is_refused(tmp_path: Path) -> None:
     data = config(
         runtime={"kind": "container", "image": "img", "resources": {"memory": "64t"}},
-        max_concurrency=3,
+        max_concurrent=3,
     )
     plan = await plan_of(tmp_path, data)
     assert "a wave of 3 rollouts needs about" in failed(plan)["substrate"]
@@ -343,14 +343,14 @@ async def test_a_ray_cluster_must_have_room_for_one_wave(
     rows = [{**row, "runtime_config": {"resources": {"gpu_box": 1}}} for row in ROWS[:1]]
     workspace(tmp_path, [*rows, *ROWS[1:]])
     runtime = {"kind": "ray", "address": "10.0.0.1:6379", "resources": {"cpus": 2}}
-    plan = await aplan(write_json(tmp_path, config(runtime=runtime, max_concurrency=3)))
+    plan = await aplan(write_json(tmp_path, config(runtime=runtime, max_concurrent=3)))
     assert asked == ["10.0.0.1:6379"]
     assert failed(plan) == {
         "substrate": "Ray has 4 CPU free, a wave of 3 needs 6; "
         "Ray has 1 gpu_box free, a wave of 3 needs 3"
     }
     assert plan.check("substrate").details["ray"]["needed"] == {"CPU": 6.0, "gpu_box": 3.0}
-    fits = await aplan(write_json(tmp_path, config(runtime=runtime, max_concurrency=1), "b.json"))
+    fits = await aplan(write_json(tmp_path, config(runtime=runtime, max_concurrent=1), "b.json"))
     assert fits.ok, failed(fits)
 
 
@@ -520,7 +520,7 @@ def test_the_command_prints_the_schema(capsys: pytest.CaptureFixture[str]) -> No
     args = parse("schema")
     assert args.handler(args) == 0
     schema = json.loads(capsys.readouterr().out)
-    assert schema["title"] == "BatchConfig" and "max_concurrency" in schema["required"]
+    assert schema["title"] == "BatchConfig" and "max_concurrent" in schema["required"]
 
 
 # -- the examples -----------------------------------------------------------------------
@@ -547,3 +547,15 @@ async def test_the_fake_model_example_plans_ok_against_a_fake_server() -> None:
         await server.aclose()
     assert plan.ok, failed(plan)
     assert plan.projected_concurrency == 4
+
+
+async def test_the_plan_names_the_new_key_of_an_old_one(tmp_path: Path) -> None:
+    workspace(tmp_path)
+    old = config()
+    old["max_concurrency"] = old.pop("max_concurrent")
+    with pytest.warns(DeprecationWarning):
+        plan = await aplan(write_json(tmp_path, old))
+    assert plan.ok, failed(plan)
+    assert plan.check("config").details["deprecated"] == [
+        "max_concurrency is deprecated: name it max_concurrent (same meaning)"
+    ]

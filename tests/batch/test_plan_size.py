@@ -17,7 +17,7 @@ from plan_helpers import config, workspace, write_json
 from proctor.batch._plan import aplan
 
 HUGE_TOML = """\
-max_concurrency = 2
+max_concurrent = 2
 expected_rollouts = 3
 repeats = 1e7
 [taskset]

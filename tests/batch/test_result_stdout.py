@@ -91,7 +91,7 @@ def test_a_full_disk_still_prints_the_result(tmp_path: Path) -> None:
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
     try:
-        cfg = batch(tmp_path, "filler", max_concurrency=1)
+        cfg = batch(tmp_path, "filler", max_concurrent=1)
         proc = run_cli(
             str(cfg), "--execute", "--output-dir", str(disk / "out"), env={"FILL": str(disk / "f")}
         )

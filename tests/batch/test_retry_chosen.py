@@ -92,7 +92,7 @@ def test_an_interrupted_run_says_what_is_left_and_the_command_that_runs_it(
 ) -> None:
     workspace(tmp_path, ROWS)
     blocker = [{"kind": "python", "agent": "agents.py:blocker"}]
-    cfg = write_config(tmp_path, config(agents=blocker, max_concurrency=1))
+    cfg = write_config(tmp_path, config(agents=blocker, max_concurrent=1))
     out = tmp_path / "out"
     child = subprocess.Popen(
         [PROCTOR, "batch", str(cfg), "--execute", "--output-dir", str(out), "--quiet"],

@@ -55,7 +55,7 @@ async def stopped_batch(tmp_path: Path) -> Path:
         tmp_path,
         config(
             agents=[{"kind": "python", "agent": "agents.py:blocker"}],
-            max_concurrency=1,
+            max_concurrent=1,
             runtime=RUNTIME,
         ),
     )

@@ -83,7 +83,7 @@ def slow_batch(root: Path) -> Path:
         "taskset": {"source": "tasks.json", "env_source": "env.py"},
         "agents": [{"kind": "python", "agent": "agents.py:solver"}],
         "runtime": {"kind": "local", "trusted": True},
-        "max_concurrency": 1,
+        "max_concurrent": 1,
         "expected_rollouts": 1,
     }
     return write(root / "batch.json", json.dumps(config))

@@ -229,7 +229,7 @@ async def test_a_batch_records_the_lost_substrate(source: Path) -> None:
         "agents": [{"kind": "python", "agent": "agents.py:patient"}],
         "runtime": {"kind": "subprocess"},
         "expected_rollouts": 1,
-        "max_concurrency": 1,
+        "max_concurrent": 1,
     }
     (root / "batch.json").write_text(json.dumps(cfg))
     began = time.monotonic()

@@ -19,8 +19,7 @@ from proctor import RemoteError
 from proctor._loader import find_environment
 from proctor.agents import Run, agent_from_fn
 from proctor.channel import EnvServer, connect
-from proctor.engine import rollout
-from proctor.engine._rollout import execute
+from proctor.engine import execute_run, rollout
 from proctor.env import Environment
 from proctor.runtimes import LocalRuntime, SubprocessRuntime
 
@@ -172,7 +171,7 @@ async def test_a_cancelled_run_keeps_no_traceback(env: Environment) -> None:
         await asyncio.Event().wait()
 
     run = Run(env.tasks["explode_in_grading"]())
-    task = asyncio.ensure_future(execute(run, waits, runtime=LocalRuntime(env)))
+    task = asyncio.ensure_future(execute_run(run, waits, runtime=LocalRuntime(env)))
     await entered.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -248,11 +248,11 @@ async def executor_streams(ctx: Context) -> dict[str, Any]:
         if run.task.args["i"] == 1:
             gate.open.remote()
 
-    ex = RayExecutor(ctx.cluster.address, concurrency=3)
+    ex = RayExecutor(ctx.cluster.address)
     t0 = time.monotonic()
     job = await run_taskset(
         where_rows(12), FirstWaits(gate), runtime=LocalRuntime(ENV_SOURCE), executor=ex,
-        on_run=on_run,
+        on_run=on_run, max_concurrent=6,
     )  # fmt: skip
     return {
         "seconds": time.monotonic() - t0,
@@ -274,7 +274,7 @@ async def executor_cancelled(ctx: Context) -> dict[str, Any]:
     rows = [conformance_env.env.tasks["echo"](text=f"t{i}", marker=str(marks)) for i in range(6)]
     job = asyncio.create_task(
         run_taskset(rows, HoldOn(posts, None), runtime=LocalRuntime(conformance_env.SOURCE),
-                    executor=RayExecutor(shards=2, concurrency=2))
+                    executor=RayExecutor(shards=2), max_concurrent=4)
     )  # fmt: skip
     pids = sorted(set(await _before(posts.posts_when.remote(4), job)))
     job.cancel()
@@ -297,10 +297,10 @@ async def executor_cancelled(ctx: Context) -> dict[str, Any]:
 
 async def shard_process_dies(ctx: Context) -> dict[str, Any]:
     posts = board()
-    ex = RayExecutor(shards=1, concurrency=2, resources={HEAD_LABEL: 1}, settle=0)
+    ex = RayExecutor(shards=1, resources={HEAD_LABEL: 1}, settle=0)
     job = asyncio.create_task(
         run_taskset(where_rows(6), HoldOn(posts, None), runtime=LocalRuntime(ENV_SOURCE),
-                    executor=ex)
+                    executor=ex, max_concurrent=2)
     )  # fmt: skip
     pids = set(await _before(posts.posts_when.remote(2), job))
     for pid in pids:
@@ -334,7 +334,7 @@ async def worker_node_dies(ctx: Context) -> dict[str, Any]:
     done: list[int] = []
     job = asyncio.create_task(
         run_taskset(where_rows(24), agent, runtime=LocalRuntime(ENV_SOURCE),
-                    executor=RayExecutor(concurrency=3, settle=0),
+                    executor=RayExecutor(settle=0), max_concurrent=6,
                     on_run=lambda r: done.append(r.task.args["i"]))
     )  # fmt: skip
     await _before(posts.posts_when.remote(3), job)  # the worker's shard is full and blocked
@@ -386,7 +386,7 @@ async def batch_on_ray(ctx: Context) -> dict[str, Any]:
         "agents": [{"kind": "python", "agent": "agent.py:solve"}],
         "runtime": {"kind": "local", "trusted": True},
         "executor": {"kind": "ray", "address": ctx.cluster.address},
-        "max_concurrency": 4,
+        "max_concurrent": 4,
         "expected_rollouts": 6,
     }
     (folder / "batch.json").write_text(json.dumps(config))
@@ -398,6 +398,76 @@ async def batch_on_ray(ctx: Context) -> dict[str, Any]:
         "statuses": [r["status"] for r in rows_out],
         "rewards": [r["reward"] for r in rows_out],
     }
+
+
+PEAK_AGENTS = """
+import asyncio
+import os
+import time
+
+LEDGER = os.path.join(os.path.dirname(__file__), "ledger")
+
+
+def _note(mark):
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, mark)
+    finally:
+        os.close(fd)
+
+
+def _inside():
+    with open(LEDGER, "rb") as f:
+        data = f.read()
+    return data.count(b"+") - data.count(b"-")
+
+
+async def _held(run):
+    _note(b"+")
+    try:  # stay in until more than the bound are in, or a while has passed
+        until = time.monotonic() + 1.5
+        while _inside() <= 2 and time.monotonic() < until:
+            await asyncio.sleep(0.02)
+    finally:
+        _note(b"-")
+    run.trace.content = run.prompt
+
+
+one = _held
+two = _held
+"""
+
+
+async def batch_bound_across_agents(ctx: Context) -> dict[str, Any]:
+    """A batch with two agents on Ray shards, `max_concurrent = 2`: every agent entering
+    and leaving its rollout marks a shared ledger, whose running sum is the rollouts in
+    flight at once."""
+    from proctor.batch import aexecute
+
+    folder = ctx.folder("bound")
+    (folder / "agents.py").write_text(PEAK_AGENTS)
+    rows = [{"env": "ray-where", "id": "where", "args": {"i": i}} for i in range(4)]
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {
+        "taskset": {"source": "tasks.jsonl", "env_source": str(ENV_SOURCE)},
+        "agents": [
+            {"kind": "python", "agent": "agents.py:one"},
+            {"kind": "python", "agent": "agents.py:two"},
+        ],
+        "runtime": {"kind": "local", "trusted": True},
+        "executor": {"kind": "ray", "address": ctx.cluster.address},
+        "max_concurrent": 2,
+        "expected_rollouts": 8,
+    }
+    (folder / "batch.json").write_text(json.dumps(config))
+    result = await aexecute(folder / "batch.json", folder / "out")
+    if result.plan is not None and not result.plan.ok:
+        return {"plan": [c.reason for c in result.plan.checks if not c.ok]}
+    inside = peak = 0
+    for mark in (folder / "ledger").read_bytes():
+        inside += 1 if mark == ord("+") else -1
+        peak = max(peak, inside)
+    return {"counts": result.counts, "peak": peak, "stopped": result.stopped}
 
 
 SCENARIOS: list[Scenario] = [
@@ -415,6 +485,7 @@ SCENARIOS: list[Scenario] = [
     unpicklable_trace,
     reconcile_kills_batch_actors,
     batch_on_ray,
+    batch_bound_across_agents,
     worker_node_dies,  # last: the cluster has one node after it
 ]
 

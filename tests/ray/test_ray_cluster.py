@@ -246,3 +246,10 @@ def test_a_batch_runs_on_ray_shards_and_records_every_rollout(results: dict[str,
     assert outcome["result"]["launched"] and outcome["result"]["counts"] == {"completed": 6}
     assert outcome["statuses"] == ["completed"] * 6
     assert outcome["rewards"] == [1.0] * 6
+
+
+def test_a_batch_bound_holds_across_its_agents(results: dict[str, Any]) -> None:
+    # Each agent once got a Ray job of its own, with its own bound: twice as many ran.
+    outcome = scenario(results, "batch_bound_across_agents")
+    assert outcome["counts"] == {"completed": 8}, outcome
+    assert outcome["peak"] == 2, outcome

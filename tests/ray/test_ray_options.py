@@ -93,6 +93,8 @@ def test_executor_options_are_checked() -> None:
         RayExecutor(shards=0)
     with pytest.raises(ValueError, match="concurrency must be >= 1"):
         RayExecutor(concurrency=0)
+    with pytest.warns(DeprecationWarning, match="max_concurrent bounds"):
+        RayExecutor(concurrency=4)  # the job's max_concurrent is the one bound now
     with pytest.raises(ValueError, match="memory must be"):
         RayExecutor(resources={"memory": "?"})
     with pytest.raises(ValueError, match="settle must be >= 0 seconds"):

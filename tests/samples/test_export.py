@@ -67,7 +67,7 @@ async def batch(tmp_path: Path) -> AsyncIterator[Path]:
                 }
             ],
             "repeats": 4,
-            "max_concurrency": 4,
+            "max_concurrent": 4,
             "expected_rollouts": 4,
         }
         (tmp_path / "batch.json").write_text(json.dumps(config))
@@ -156,7 +156,7 @@ async def test_a_branching_harness_in_a_batch(tmp_path: Path) -> None:
             "taskset": {"source": "tasks.json", "env_source": str(HERE / "notes_env.py")},
             "agents": [agent],
             "repeats": 2,
-            "max_concurrency": 2,
+            "max_concurrent": 2,
             "expected_rollouts": 2,
         }
         (tmp_path / "batch.json").write_text(json.dumps(config))

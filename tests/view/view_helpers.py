@@ -93,7 +93,7 @@ def write_batch_config(
     config.write_text(
         textwrap.dedent(f"""\
             name = "{name}"
-            max_concurrency = 4
+            max_concurrent = 4
             expected_rollouts = {len(rows)}
 
             [taskset]
@@ -125,7 +125,7 @@ async def run_batch(root: Path, out: Path, rows: list[dict[str, Any]]) -> Path:
 LETTERS = Path(__file__).resolve().parents[2] / "examples" / "letters"
 TWO_AGENTS = """\
 name = "two"
-max_concurrency = 8
+max_concurrent = 8
 expected_rollouts = 48
 repeats = 2
 

@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ChannelError, ProtocolError
 from .._usererror import error_traceback, redact
-from ..records._records import Grade, RunError, Trace
+from ..records import Grade, RunError, Trace
 
 if TYPE_CHECKING:
-    from ..channel._client import EnvClient
-    from ..env import WorkspaceDiff
-    from ..env._types import Capability
+    from ..channel import EnvClient
+    from ..env import Capability, WorkspaceDiff
     from ..proxy import ProxySession
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["Run", "RunStatus"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import signal
 from typing import Any
 
@@ -12,10 +13,30 @@ from pydantic import BaseModel, ConfigDict
 
 from ._plan import Plan
 
-__all__ = ["SIGNALS", "BatchResult", "run_main"]
+__all__ = ["BatchResult", "Interrupts", "received_signal", "run_main"]
 
 ENDED_OK = "completed"
-SIGNALS: list[str] = []  # the signals `run_main` received, latest last
+
+
+class Interrupts:
+    """The signals one `run_main` received, latest last: its own, never another run's."""
+
+    def __init__(self) -> None:
+        self.signals: list[str] = []
+
+    @property
+    def last(self) -> str | None:
+        return self.signals[-1] if self.signals else None
+
+
+_INTERRUPTS: contextvars.ContextVar[Interrupts] = contextvars.ContextVar("interrupts")
+
+
+def received_signal() -> str | None:
+    """The last signal the `run_main` this task runs under received (None: none, or
+    not under `run_main`, e.g. `aexecute` awaited directly)."""
+    interrupts = _INTERRUPTS.get(None)
+    return None if interrupts is None else interrupts.last
 
 
 class BatchResult(BaseModel):
@@ -71,10 +92,11 @@ def run_main(coro: Any) -> BatchResult:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         assert task is not None
-        before = len(SIGNALS)
+        interrupts = Interrupts()
+        _INTERRUPTS.set(interrupts)  # this task's context: the runner's tasks inherit it
 
         def interrupt(sig: signal.Signals) -> None:
-            SIGNALS.append(sig.name)
+            interrupts.signals.append(sig.name)
             task.cancel()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -83,11 +105,11 @@ def run_main(coro: Any) -> BatchResult:
         try:
             result: BatchResult = await coro
         except asyncio.CancelledError:
-            if len(SIGNALS) == before:
+            if interrupts.last is None:
                 raise
             # a signal before the runner started (while planning): nothing launched
             result = BatchResult(
-                launched=False, output_dir=None, stopped="interrupted", signal=SIGNALS[-1]
+                launched=False, output_dir=None, stopped="interrupted", signal=interrupts.last
             )
         return result
 

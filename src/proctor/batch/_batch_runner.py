@@ -1,4 +1,4 @@
-"""`Runner`: runs a batch's work items on its store, `max_concurrency` at a time.
+"""`Runner`: runs a batch's work items on its store, `max_concurrent` at a time.
 
 Each rollout is recorded as it goes (`_recording`); what a Python agent prints goes
 to its rollout's `log.txt` (`_agent_output`); launching stops at the batch cost cap;
@@ -22,7 +22,7 @@ import orjson
 from .._tempdirs import owner
 from ..store import BatchStore, list_rollouts, read_rollout, recorded_cost
 from ._agent_output import Printed, captured, routed_stdout
-from ._batch_result import SIGNALS, BatchResult
+from ._batch_result import BatchResult, received_signal
 from ._config import Assignment, RayExecutorConfig
 from ._groups import Earlier, GroupRewards, Member, group_sizes, run_from_record
 from ._recording import Recording
@@ -77,7 +77,7 @@ def assignment_of(row: dict[str, Any]) -> Assignment:
 
 
 class Runner:
-    """Runs work items on a store with at most `max_concurrency` in flight."""
+    """Runs work items on a store with at most `max_concurrent` in flight."""
 
     def __init__(self, store: BatchStore, setup: Setup, mode: str) -> None:
         self.store = store
@@ -125,7 +125,7 @@ class Runner:
                 await self._close(stack)
         except asyncio.CancelledError:
             self.stopped = "interrupted"
-            self._event("interrupted", signal=SIGNALS[-1] if SIGNALS else None)
+            self._event("interrupted", signal=received_signal())
         except Exception as exc:  # the runner's own failure: what ran stays recorded
             self._failed(exc)
             self._event("runner_error", error=self.error)
@@ -180,51 +180,50 @@ class Runner:
         await stack.enter_async_context(LiveView(self.tally, stream=stream, title=title))
 
     async def _drain(self, work: list[Work]) -> None:
-        items = iter(work)
-
-        async def worker() -> None:
-            for a, attempt, adopted in items:
-                if self.setup.budget.reached:
-                    if self.stopped is None:
-                        self.stopped = "batch_cost_cap"
-                        self.store.event(
-                            "cost_cap", spent=self.setup.budget.spent, cap=self.config.cost_cap
-                        )
-                    return
-                await self._one(a, attempt, adopted)
+        """Every work item on the engine's pool, `max_concurrent` at a time; launching
+        stops at the batch cost cap."""
+        from ..engine import for_each
 
         if self.config.executor.kind == "ray":
             return await self._drain_on_ray(work)
-        n = min(self.config.max_concurrency, len(work))
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(n):
-                tg.create_task(worker())
+
+        async def one(item: Work) -> None:
+            await self._one(*item)
+
+        await for_each(work, one, max_concurrent=self.config.max_concurrent, stop=self._capped)
+
+    def _capped(self) -> bool:
+        """Whether the batch cost cap is reached (recorded once, as the run's stop)."""
+        if not self.setup.budget.reached:
+            return False
+        if self.stopped is None:
+            self.stopped = "batch_cost_cap"
+            self.store.event("cost_cap", spent=self.setup.budget.spent, cap=self.config.cost_cap)
+        return True
 
     async def _drain_on_ray(self, work: list[Work]) -> None:
-        """`executor = "ray"`: whole rollouts on Ray shards, each recorded as it ends
-        (phases are not streamed back; agents naming a model are refused by the plan)."""
-        from ..engine import RayExecutor
+        """`executor = "ray"`: whole rollouts on Ray shards as ONE job across every agent
+        (one `max_concurrent` bound), each recorded as it ends (phases are not streamed
+        back; agents naming a model are refused by the plan)."""
+        from ..engine import Planned, RayExecutor, RunSpec
 
         cfg = self.config.executor
         assert isinstance(cfg, RayExecutorConfig)
-        executor = RayExecutor(
-            cfg.address, shards=cfg.shards, concurrency=cfg.concurrency, resources=cfg.resources
-        )
-        by_agent: dict[str, list[Work]] = {}
-        for item in work:
-            by_agent.setdefault(item[0].agent, []).append(item)
-        async with asyncio.TaskGroup() as tg:
-            for agent, items in by_agent.items():
-                tg.create_task(self._on_ray(executor, agent, items))
-
-    async def _on_ray(self, executor: Any, agent: str, items: list[Work]) -> None:
         setup = self.setup
-        pairs = [(setup.task(a.task), _group(a)) for a, _, _ in items]
-
+        executor = RayExecutor(cfg.address, shards=cfg.shards, resources=cfg.resources)
+        agents = {a.agent: setup.agents[a.agent] for a, _, _ in work}
+        for agent in agents.values():
+            _ship_by_value(agent)
+        planned = [
+            Planned(setup.task(a.task), _group(a), a.agent, f"{a.rollout_id}.{attempt}")
+            for a, attempt, _ in work
+        ]
+        bound = self.config.max_concurrent
+        spec = RunSpec(planned, agents, setup.runtime, setup.batch_id, self.timeouts, bound)
         ended: list[tuple[Assignment, Any]] = []
 
         def finished(i: int, run: Any) -> None:
-            a, attempt, _ = items[i]
+            a, attempt, _ = work[i]
             assert self.tally is not None
             recording = Recording(run, self.store.begin(a, attempt=attempt), self.tally)
             self.tally.move("queued", "running")
@@ -232,22 +231,13 @@ class Runner:
             self._finished(a, run, recording, adopted=False)
             ended.append((a, run))
 
-        _ship_by_value(setup.agents[agent])
-        await executor.run(
-            pairs,
-            setup.agents[agent],
-            runtime=setup.runtime,
-            job_id=setup.batch_id,
-            timeout=self.timeouts,
-            max_concurrent=self.config.max_concurrency,
-            finished=finished,
-        )
+        await executor.run(spec, finished)
         for a, run in ended:  # the shards' runs, in the order they ended
             await self._grouped(a, run)
 
     async def _one(self, a: Assignment, attempt: int, adopted: dict[str, Any] | None) -> None:
         from ..agents import Run
-        from ..engine._rollout import execute
+        from ..engine import execute_run
 
         assert self.tally is not None
         setup = self.setup
@@ -267,7 +257,7 @@ class Runner:
             self.tally.move("queued", "starting")
         with captured() as printed:
             try:
-                await execute(
+                await execute_run(
                     run,
                     setup.agents[a.agent],
                     runtime=setup.runtime,
@@ -384,7 +374,7 @@ class Runner:
             teardown_errors=sum(1 for r in failures if r["error_phase"] == "teardown"),
             stopped=self.stopped,
             error=self.error,
-            signal=SIGNALS[-1] if self.stopped == "interrupted" and SIGNALS else None,
+            signal=received_signal() if self.stopped == "interrupted" else None,
             wall_s=wall,
             cost_usd=usd if usd else None,
         )

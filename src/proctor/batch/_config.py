@@ -12,8 +12,8 @@ import hashlib
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
@@ -24,11 +24,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
 
 from .._errors import BatchConfigError
+from ._config_computer import ComputerAgentEntry, FrameConfig
+from ._config_ids import _MAX_ID, Assignment, _clean, rollout_id
 
 if TYPE_CHECKING:
     from ..engine import Timeouts
@@ -40,9 +43,11 @@ __all__ = [
     "BatchConfig",
     "BatchConfigError",
     "CommandAgentEntry",
+    "ComputerAgentEntry",
     "ConfigProblem",
     "ContainerRuntimeConfig",
     "ExecutorConfig",
+    "FrameConfig",
     "LimitsConfig",
     "LocalExecutorConfig",
     "LocalRuntimeConfig",
@@ -63,9 +68,12 @@ __all__ = [
 # Variable names the harness's environment never carries from the parent (the same
 # rule `CommandAgent` applies): a config that sets one would put a secret in a file.
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_MAX_ID = 120  # a rollout id names a folder: keep it far below NAME_MAX (255 bytes)
 MAX_ROLLOUTS = 1_000_000
+_RENAMED = "max_concurrency is deprecated: name it max_concurrent (same meaning)"
+_RAY_CONCURRENCY = (
+    "executor.concurrency is deprecated and ignored: max_concurrent bounds the rollouts "
+    "in flight across every Ray shard"
+)
 """The default `max_rollouts`: about 300 MB of assignments in the runner, a plan
 document of about 200 MB, and far more rollouts than one runner finishes in a day."""
 _INTERPRETERS = re.compile(r"(python[\d.]*|node|bash|sh|uv|uvx|npx|deno|bun|ruby|perl)")
@@ -222,7 +230,8 @@ class PythonAgentEntry(_AgentBase):
 
 
 AgentEntry: TypeAlias = Annotated[
-    ToolAgentEntry | CommandAgentEntry | PythonAgentEntry, Field(discriminator="kind")
+    ToolAgentEntry | CommandAgentEntry | PythonAgentEntry | ComputerAgentEntry,
+    Field(discriminator="kind"),
 ]
 
 
@@ -284,7 +293,7 @@ class SandboxRuntimeConfig(_Launch):
     @field_validator("limits")
     @classmethod
     def _limits(cls, limits: dict[str, Any]) -> dict[str, Any]:
-        from ..runtimes._sandbox import _Limits
+        from ..runtimes._sandbox_limits import _Limits
 
         _Limits.parse(limits, "limits")  # the runtime's own rules, so they never drift
         return limits
@@ -365,7 +374,8 @@ class RayExecutorConfig(_Model):
     kind: Literal["ray"]
     address: str | None = None
     shards: PositiveInt | None = None
-    concurrency: PositiveInt = 32
+    concurrency: PositiveInt | None = None
+    """Deprecated and ignored: `max_concurrent` bounds the rollouts across every shard."""
     resources: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -414,25 +424,6 @@ class LimitsConfig(_Model):
 # -- the config -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """One rollout of the batch: a task, an agent entry and a repeat.
-
-    A slotted dataclass, not a pydantic model: a 100,000-rollout plan holds 100,000
-    of them (about 100 bytes each instead of 1 KB).
-    """
-
-    rollout_id: str
-    task: str
-    """The task's slug."""
-    agent: str
-    """The agent entry's name."""
-    model: str | None
-    repeat: int
-    """1-based."""
-    enabled: bool
-
-
 class BatchConfig(_Model):
     """Everything a batch runs; `model_json_schema()` is `proctor batch schema`."""
 
@@ -451,8 +442,9 @@ class BatchConfig(_Model):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     cost_cap: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     """USD for the whole batch: once reached, no new model turns and no new launches."""
-    max_concurrency: PositiveInt
-    """Rollouts in flight at most."""
+    max_concurrent: PositiveInt
+    """Rollouts in flight at most, across every agent (and every Ray shard). The key
+    `max_concurrency` is accepted for one release, with a warning."""
     expected_rollouts: Annotated[int, Field(ge=0)]
     """The enabled rollouts this batch must have (the frozen sample count)."""
     task_suite: list[str] | None = None
@@ -472,6 +464,7 @@ class BatchConfig(_Model):
     and the runner hold every one in memory (about 300 bytes each)."""
 
     _path: Path | None = PrivateAttr(default=None)
+    _deprecated: list[str] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -479,6 +472,31 @@ class BatchConfig(_Model):
         if isinstance(data, dict) and isinstance(data.get("executor"), str):
             data = {**data, "executor": {"kind": data["executor"]}}
         return data
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _renamed_keys(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> BatchConfig:
+        """`max_concurrency` read as `max_concurrent`, with a DeprecationWarning and a
+        note the plan shows (`deprecated`)."""
+        notes = []
+        if isinstance(data, dict) and "max_concurrency" in data:
+            if "max_concurrent" in data:
+                raise ValueError("max_concurrency is the old name of max_concurrent: give one")
+            data = {k if k != "max_concurrency" else "max_concurrent": v for k, v in data.items()}
+            notes.append(_RENAMED)
+        config: BatchConfig = handler(data)
+        executor = config.executor
+        if isinstance(executor, RayExecutorConfig) and executor.concurrency is not None:
+            notes.append(_RAY_CONCURRENCY)
+        for note in notes:
+            warnings.warn(note, DeprecationWarning, stacklevel=2)
+        config._deprecated = notes
+        return config
+
+    @property
+    def deprecated(self) -> list[str]:
+        """What this config says the old way, each with the new way (the plan shows them)."""
+        return list(self._deprecated)
 
     @property
     def path(self) -> Path | None:
@@ -522,6 +540,7 @@ class BatchConfig(_Model):
         `durability` is left out: it changes how the runner writes, not what it runs.
         """
         doc = self.model_dump(mode="json", exclude={"durability"})
+        doc["max_concurrency"] = doc.pop("max_concurrent")  # the name batches recorded
         _drop_new_defaults(doc)
         canonical = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(canonical).hexdigest()
@@ -563,6 +582,8 @@ def _drop_new_defaults(doc: dict[str, Any]) -> None:
         doc["taskset"].pop("limit", None)
     if doc["runtime"].get("kind") == "local" and not doc["runtime"].get("trusted"):
         doc["runtime"].pop("trusted", None)
+    if doc["executor"].get("kind") == "ray" and doc["executor"].get("concurrency") is None:
+        doc["executor"]["concurrency"] = 32  # the default it had, which it meant
 
 
 def isolated_runtime() -> SandboxRuntimeConfig | SubprocessRuntimeConfig:
@@ -571,20 +592,3 @@ def isolated_runtime() -> SandboxRuntimeConfig | SubprocessRuntimeConfig:
     if shutil.which("bwrap") is not None:
         return SandboxRuntimeConfig(kind="sandbox")
     return SubprocessRuntimeConfig(kind="subprocess")
-
-
-def rollout_id(slug: str, agent: str, repeat: int) -> str:
-    """`<slug>--<agent>--r<k>`, with anything but `A-Za-z0-9._-` turned into `-`.
-
-    Stable: it depends on these three values only. A result longer than 120
-    characters is cut and suffixed with a hash of the full id, so it stays unique.
-    """
-    rid = f"{_clean(slug)}--{_clean(agent)}--r{repeat}"
-    if len(rid) > _MAX_ID:
-        digest = hashlib.sha256(rid.encode()).hexdigest()[:10]
-        rid = f"{rid[: _MAX_ID - 11]}-{digest}"
-    return rid
-
-
-def _clean(part: str) -> str:
-    return _UNSAFE.sub("-", part).strip("-.") or "x"

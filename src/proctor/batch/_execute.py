@@ -3,7 +3,7 @@
 `execute` plans first and creates the output directory only once every check passed;
 `resume` reopens one, checks the config is the one it ran, and re-admits what is left.
 Both hand the work to `_batch_runner.Runner`, which runs every agent loop in this
-event loop, at most `max_concurrency` at a time, and reconciles leftover substrates
+event loop, at most `max_concurrent` at a time, and reconciles leftover substrates
 at exit, also after Ctrl-C.
 """
 
@@ -23,7 +23,8 @@ from .._errors import StoreError
 from ..store import BatchStore, Durability, _files, list_rollouts, read_batch
 from ._batch_result import BatchResult, run_main
 from ._batch_runner import Runner, Work, assignment_of, identity, spent
-from ._config import Assignment, BatchConfig, _clean
+from ._config import Assignment, BatchConfig
+from ._config_ids import _clean
 from ._config_load import load_config
 from ._plan import Plan, aplan
 from ._retry import chosen_ids, parse_where

@@ -57,7 +57,7 @@ class GroupRewards:
         return held
 
     async def _apply(self, members: list[Member]) -> None:
-        from ..engine._groups import apply_group_rewards
+        from ..engine import apply_group_rewards
 
         await apply_group_rewards(run for _, run in members)
         if self.store is None:

@@ -83,7 +83,7 @@ class Plan(BaseModel):
     rollouts: dict[str, int]
     """`total` assignments, `enabled` ones, `expected` by the config."""
     projected_concurrency: int
-    """Rollouts in flight at once: `min(enabled, max_concurrency)`."""
+    """Rollouts in flight at once: `min(enabled, max_concurrent)`."""
     projected_cost_usd: float | None
     """Worst case under the per-rollout limits; None when they do not bound it."""
     assignments: list[Assignment]
@@ -165,7 +165,7 @@ async def aplan(
         batch=config.name or (config.path.stem if config.path else None),
         checks=_scrubbed(checks),
         rollouts={"total": total, "enabled": enabled, "expected": config.expected_rollouts},
-        projected_concurrency=min(enabled, config.max_concurrency),
+        projected_concurrency=min(enabled, config.max_concurrent),
         projected_cost_usd=cost,
         assignments=table,
     )
@@ -230,6 +230,8 @@ def _check_config(config: BatchConfig, loaded: Loaded, table: list[Assignment]) 
         "agents": names,
         "repeats": config.repeats,
     }
+    if config.deprecated:  # old keys still read, for one release: say the new ones
+        details["deprecated"] = config.deprecated
     total = config.count(len(loaded.rows or ()))[0]
     passed = f"{total} assignments with unique rollout ids"
     if len(table) < total:

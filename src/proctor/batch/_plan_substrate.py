@@ -1,4 +1,4 @@
-"""Plan check 5: can the substrates of one wave (`min(enabled, max_concurrency)`) start?
+"""Plan check 5: can the substrates of one wave (`min(enabled, max_concurrent)`) start?
 
 Read-only: it looks up executables, asks the container engine whether images exist,
 and asks a Ray cluster (from a child process, so this one never joins it) what it
@@ -70,7 +70,7 @@ async def check_substrate(
     config: BatchConfig, rows: list[dict[str, Any]], enabled: int
 ) -> tuple[list[str], dict[str, Any]]:
     """Every problem found for a wave of these rows, and what was measured."""
-    wave = min(enabled, config.max_concurrency)
+    wave = min(enabled, config.max_concurrent)
     problems: Problems = []
     details: dict[str, Any] = {"runtime": config.runtime.kind, "wave": wave}
     details["host"] = _host(config, rows, wave, problems)

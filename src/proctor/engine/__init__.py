@@ -1,17 +1,25 @@
-"""The engine: one rollout, a taskset of them, and the `Job` that collects their runs."""
+"""The engine: one rollout, a pool of them, and the `Job` that collects their runs."""
 
 from .._public import publish
+from ._drive import Adoption, default_runtime, execute_run, rollout
+from ._groups import apply_group_rewards
 from ._job import Job
+from ._pool import for_each, run_taskset
 from ._ray_executor import RayExecutor
-from ._rollout import Adoption, default_runtime, rollout, run_taskset
+from ._spec import Planned, RunSpec
 from ._timeouts import Timeouts
 
 __all__ = [
     "Adoption",
     "Job",
+    "Planned",
     "RayExecutor",
+    "RunSpec",
     "Timeouts",
+    "apply_group_rewards",
     "default_runtime",
+    "execute_run",
+    "for_each",
     "rollout",
     "run_taskset",
 ]

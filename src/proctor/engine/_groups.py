@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..env._environment import Environment, registered
-from ..env._rewards import GroupMember, evaluate_group
+from ..env import Environment, GroupMember, evaluate_group, registered
 
 if TYPE_CHECKING:
-    from ..agents._run import Run
-    from ..records._task import Task
+    from ..agents import Run
+    from ..records import Task
 
 __all__ = ["apply_group_rewards", "check_group_rewards", "groups"]
 

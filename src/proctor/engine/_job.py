@@ -7,8 +7,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from ..agents._run import Run
-from ..records._records import JobStats
+from ..agents import Run
+from ..records import JobStats
 from ._groups import groups
 
 __all__ = ["Job"]

@@ -12,21 +12,23 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import RolloutError, RuntimeLaunchError, WorkerLost
-from ..agents._run import Run
+from ..agents import Run
 from ..runtimes._ray import connect_ray, placement
-from ._rollout import execute
+from ._drive import execute_run
+from ._spec import Planned, RunSpec
 from ._timeouts import Timeouts
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
-    from ..agents._agent import Agent
-    from ..records._task import Task
-    from ..runtimes._base import RuntimeLike
+    from ..agents import Agent
+    from ..records import Task
+    from ..runtimes import RuntimeLike
 
 __all__ = ["RayExecutor", "WorkerLost"]
 
@@ -34,15 +36,16 @@ log = logging.getLogger("proctor.engine.ray")
 
 _CLOSE = 30.0  # seconds a shard gets to tear its rollouts and runtime down at the end
 _BOOK = "proctor/phase/"  # GCS key prefix of the phases `settle=0` records; a job's own follows
-_Pairs = Sequence[tuple["Task", str]]
 
 
 class RayExecutor:
     """Run a job's rollouts, agent loops included, on Ray actors across a cluster.
 
-    Each shard is an async actor holding the agent and the runtime (shipped once,
-    pickled). It runs up to `concurrency` whole rollouts at once (provision, agent,
-    grade, teardown), streaming back each phase once it has lasted `settle` seconds
+    Each shard is an async actor holding the job's agents and the runtime (shipped
+    once, pickled). It runs whole rollouts (provision, agent, grade, teardown), at most
+    the job's `max_concurrent` in flight across every shard and agent, each shard its
+    even share of them, streaming back
+    each phase once it has lasted `settle` seconds
     (with `settle=0`, recording each in the cluster's GCS before entering it), then
     the `Run`, so runs reach the driver's job as they finish. A shard takes a new
     rollout only when one of its own ends; when a shard dies, the rollouts it had in
@@ -55,7 +58,8 @@ class RayExecutor:
             (`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup).
         shards: how many shard actors (default: one per live node that can hold one),
             assigned to those nodes in turn.
-        concurrency: rollouts each shard runs at a time.
+        concurrency: deprecated and ignored: the job's `max_concurrent` bounds the
+            rollouts in flight across every shard.
         resources: what each shard reserves, keyed as in `RayRuntime` (default: no
             CPU, so shards never crowd out the environments' own actors).
         startup_timeout: seconds for the shards to be placed and ready.
@@ -76,20 +80,26 @@ class RayExecutor:
         address: str | None = None,
         *,
         shards: int | None = None,
-        concurrency: int = 32,
+        concurrency: int | None = None,
         resources: Mapping[str, Any] | None = None,
         startup_timeout: float = 60.0,
         settle: float = 0.05,
     ) -> None:
         if shards is not None and shards < 1:
             raise ValueError("shards must be >= 1")
-        if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
+        if concurrency is not None:
+            if concurrency < 1:
+                raise ValueError("concurrency must be >= 1")
+            warnings.warn(
+                "RayExecutor(concurrency=) is deprecated and ignored: the job's "
+                "max_concurrent bounds the rollouts in flight across every shard",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         if not settle >= 0:
             raise ValueError("settle must be >= 0 seconds")
         self.address = address
         self.shards = shards
-        self.concurrency = concurrency
         self.options = {"num_cpus": 0, **placement(resources or {})}
         self.startup_timeout = startup_timeout
         self.settle = settle
@@ -97,58 +107,49 @@ class RayExecutor:
     def __repr__(self) -> str:
         return f"RayExecutor(address={self.address!r}, shards={self.shards})"
 
-    async def run(
-        self,
-        pairs: _Pairs,
-        agent: Agent,
-        *,
-        runtime: RuntimeLike,
-        job_id: str,
-        timeout: Timeouts | float | None,  # noqa: ASYNC109 - a Timeouts value
-        max_concurrent: int | None,
-        finished: Callable[[int, Run], None],
-    ) -> None:
-        """Run every `(task, group_id)` pair; hand each `Run` to `finished` as it ends.
+    async def run(self, spec: RunSpec, finished: Callable[[int, Run], None]) -> None:
+        """Run every planned rollout, at most `spec.max_concurrent` in flight across
+        every shard; hand each `Run` to `finished` as it ends.
 
         Raises:
-            RuntimeLaunchError: Ray cannot be reached, the agent or runtime cannot be
-                pickled, or no shard came up in time.
+            RuntimeLaunchError: Ray cannot be reached, an agent or the runtime cannot
+                be pickled, or no shard came up in time.
         """
-        if not pairs:
+        if not spec.rollouts:
             return
         await connect_ray(self.address)
-        book = f"{_BOOK}{uuid.uuid4().hex}/" if self.settle == 0 else None
-        shards = await self._start(agent, runtime, Timeouts.of(timeout), book)
+        book = _PhaseBook(f"{_BOOK}{uuid.uuid4().hex}/") if self.settle == 0 else None
+        shards = await self._start(spec, book)
         try:
-            cursor = iter(enumerate(pairs))
-            limit = asyncio.Semaphore(max_concurrent or len(pairs))
+            cursor = iter(enumerate(spec.rollouts))
+            limit = asyncio.Semaphore(spec.width)  # one bound across shards and agents
+            share = -(-spec.width // len(shards))  # and each shard its even part of it
             async with asyncio.TaskGroup() as tg:
-                for _ in range(min(self.concurrency, len(pairs))):
+                for _ in range(share):
                     for shard in shards:  # interleaved: the semaphore serves them in turn
-                        tg.create_task(shard.work(cursor, limit, job_id, finished))
-            for i, (task, gid) in cursor:  # every shard died before these began
+                        tg.create_task(shard.work(cursor, limit, spec.job_id, finished))
+            for i, p in cursor:  # every shard died before these began
                 lost = WorkerLost("every Ray shard died before it began")
-                finished(i, _failed(task, job_id, gid, uuid.uuid4().hex, "provisioning", lost))
+                finished(i, _failed(p, spec.job_id, uuid.uuid4().hex, "provisioning", lost))
         finally:
             await asyncio.shield(asyncio.gather(*(s.close() for s in shards)))
             if book is not None:
-                _forget(book)
+                book.forget()
 
-    async def _start(
-        self, agent: Agent, runtime: RuntimeLike, limits: Timeouts, book: str | None
-    ) -> list[_Shard]:
+    async def _start(self, spec: RunSpec, book: _PhaseBook | None) -> list[_Shard]:
         import ray
 
+        agents = {p.agent: spec.agents[p.agent] for p in spec.rollouts}
         try:
-            cargo = ray.put((agent, runtime, limits, self.settle, book))
+            cargo = ray.put((agents, spec.runtime, spec.timeouts, self.settle, book))
         except Exception as exc:  # Ray wraps pickling failures in several types
             raise RuntimeLaunchError(
-                f"cannot ship the agent and runtime to Ray workers (they must pickle): {exc}"
+                f"cannot ship the agents and runtime to Ray workers (they must pickle): {exc}"
             ) from exc
         nodes = self._nodes()
         count = self.shards or len(nodes)
         places = itertools.islice(itertools.cycle(nodes), count)
-        shards = [self._shard(node, cargo, book) for node in places]
+        shards = [self._shard(node, cargo, book, spec.width) for node in places]
         opening: dict[asyncio.Future[None], _Shard] = {
             asyncio.ensure_future(s.handle.open.remote()): s for s in shards
         }
@@ -172,10 +173,10 @@ class RayExecutor:
             log.warning("%r: %d of %d shards came up", self, len(up), count)
         return up
 
-    def _shard(self, node: str, cargo: Any, book: str | None) -> _Shard:
+    def _shard(self, node: str, cargo: Any, book: _PhaseBook | None, width: int) -> _Shard:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        options = {**self.options, "max_concurrency": self.concurrency + 1}
+        options = {**self.options, "max_concurrency": width + 1}  # + `close`
         strategy = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = _shard_actor().options(scheduling_strategy=strategy, **options)
         return _Shard(actor.remote(cargo), book)
@@ -208,40 +209,40 @@ class RayExecutor:
 class _Shard:
     """The driver's side of one shard actor: feeds it rollouts while it lives.
 
-    With a `book` (the GCS key prefix `settle=0` uses), a lost rollout's phase is the
-    one its shard last recorded there, not the last one streamed back.
+    With a `book` (what `settle=0` records), a lost rollout's phase is the one its
+    shard last recorded there, not the last one streamed back.
     """
 
-    def __init__(self, handle: ActorHandle[Any], book: str | None) -> None:
+    def __init__(self, handle: ActorHandle[Any], book: _PhaseBook | None) -> None:
         self.handle = handle
         self.book = book
         self.alive = True
 
     async def work(
         self,
-        cursor: Iterator[tuple[int, tuple[Task, str]]],
+        cursor: Iterator[tuple[int, Planned]],
         limit: asyncio.Semaphore,
         job_id: str,
         finished: Callable[[int, Run], None],
     ) -> None:
-        """Take the next pair while this shard lives; report each run as it ends."""
+        """Take the next rollout while this shard lives; report each run as it ends."""
         while True:
             async with limit:
                 item = next(cursor, None) if self.alive else None
                 if item is None:
                     return
-                i, (task, gid) = item
-                run = await self.rollout(task, job_id, gid)
+                i, planned = item
+                run = await self.rollout(planned, job_id)
             finished(i, run)
 
-    async def rollout(self, task: Task, job_id: str, group_id: str) -> Run:
+    async def rollout(self, planned: Planned, job_id: str) -> Run:
         """One rollout on the shard; a failed `Run` if the shard dies under it."""
         from ray.exceptions import RayActorError, RayError, RayTaskError
 
-        trace_id = uuid.uuid4().hex
+        trace_id = planned.trace_id or uuid.uuid4().hex
         started = time.time()
         phase = "provisioning"
-        stream: Any = self.handle.rollout.remote(task, job_id, group_id, trace_id)
+        stream: Any = self.handle.rollout.remote(planned, job_id, trace_id)
         try:
             async for ref in stream:
                 item = await ref
@@ -254,15 +255,15 @@ class _Shard:
         except RayActorError as exc:
             self.alive = False
             if self.book is not None:
-                phase = _recorded(self.book + trace_id) or phase
+                phase = self.book.read(trace_id) or phase
             lost = WorkerLost(f"the Ray worker running it died: {str(exc).splitlines()[0]}")
-            return _failed(task, job_id, group_id, trace_id, phase, lost, started)
+            return _failed(planned, job_id, trace_id, phase, lost, started)
         except RayError as exc:  # e.g. the run would not pickle (a lock in its trace)
             cause = exc.cause if isinstance(exc, RayTaskError) and exc.cause else exc
             why = f"{type(cause).__name__}: {str(cause).splitlines()[0]}"
             broken = RolloutError(f"the shard could not send the run back: {why}")
-            return _failed(task, job_id, group_id, trace_id, phase, broken, started)
-        raise RolloutError(f"{task.slug}: the shard ended the rollout without its run")
+            return _failed(planned, job_id, trace_id, phase, broken, started)
+        raise RolloutError(f"{planned.task.slug}: the shard ended the rollout without its run")
 
     async def close(self) -> None:
         """Let the shard cancel what it runs and leave its runtime, then kill it."""
@@ -285,16 +286,15 @@ def _cancel(stream: Any) -> None:
 
 
 def _failed(
-    task: Task,
+    planned: Planned,
     job_id: str,
-    group_id: str,
     trace_id: str,
     phase: str,
     error: BaseException,
     started: float | None = None,
 ) -> Run:
     """The record of a rollout that failed out of the shard's reach."""
-    run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
+    run = Run(planned.task, job_id=job_id, group_id=planned.group_id, trace_id=trace_id)
     if started is not None:
         run.started_at = started
     run.fail(phase, error)
@@ -346,8 +346,10 @@ def _plain_run(state: dict[str, Any]) -> Run:
 class _ShardActor:
     """Runs whole rollouts in a Ray worker; the driver's `_Shard` talks to it."""
 
-    def __init__(self, cargo: tuple[Agent, RuntimeLike, Timeouts, float, str | None]) -> None:
-        self.agent, self.runtime, self.timeout, self.settle, self.book = cargo
+    def __init__(
+        self, cargo: tuple[Mapping[str, Agent], RuntimeLike, Timeouts, float, _PhaseBook | None]
+    ) -> None:
+        self.agents, self.runtime, self.timeout, self.settle, self.book = cargo
         self.entered = False
         self.running: set[asyncio.Task[Run]] = set()
 
@@ -359,7 +361,7 @@ class _ShardActor:
             self.entered = True
 
     async def rollout(
-        self, task: Task, job_id: str, group_id: str, trace_id: str
+        self, planned: Planned, job_id: str, trace_id: str
     ) -> AsyncIterator[str | Run]:
         """Yield the rollout's phases that last (see `_settled`), then its `Run`.
 
@@ -367,10 +369,12 @@ class _ShardActor:
         """
         phases: asyncio.Queue[str | None] = asyncio.Queue()
         book = self.book
-        notify = phases.put_nowait if book is None else functools.partial(_record, book + trace_id)
-        run = _TrackedRun(task, notify, job_id=job_id, group_id=group_id, trace_id=trace_id)
+        notify = phases.put_nowait if book is None else functools.partial(book.write, trace_id)
+        ids = {"job_id": job_id, "group_id": planned.group_id, "trace_id": trace_id}
+        run = _TrackedRun(planned.task, notify, **ids)
+        agent = self.agents[planned.agent]
         work = asyncio.create_task(
-            execute(run, self.agent, runtime=self.runtime, timeout=self.timeout)
+            execute_run(run, agent, runtime=self.runtime, timeout=self.timeout)
         )
         self.running.add(work)
         work.add_done_callback(lambda _: phases.put_nowait(None))
@@ -417,27 +421,33 @@ async def _settled(phases: asyncio.Queue[str | None], settle: float) -> AsyncIte
         pending = phase
 
 
-def _record(key: str, phase: str) -> None:
-    """Store `phase` under `key` in the GCS; returns once the GCS has it."""
-    from ray.experimental import internal_kv
+class _PhaseBook:
+    """The phases of a `settle=0` job's rollouts, kept in the cluster's GCS under a
+    prefix of the job's own: a shard writes each before its run enters it; the driver
+    reads a rollout's when its worker died, and forgets them all when the job ends."""
 
-    internal_kv._internal_kv_put(key, phase)
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
 
+    def write(self, trace_id: str, phase: str) -> None:
+        """Store `phase` as the rollout's; returns once the GCS has it."""
+        from ray.experimental import internal_kv
 
-def _recorded(key: str) -> str | None:
-    from ray.experimental import internal_kv
+        internal_kv._internal_kv_put(self.prefix + trace_id, phase)
 
-    value = internal_kv._internal_kv_get(key)
-    return None if value is None else value.decode()
+    def read(self, trace_id: str) -> str | None:
+        from ray.experimental import internal_kv
 
+        value = internal_kv._internal_kv_get(self.prefix + trace_id)
+        return None if value is None else value.decode()
 
-def _forget(prefix: str) -> None:
-    from ray.experimental import internal_kv
+    def forget(self) -> None:
+        from ray.experimental import internal_kv
 
-    try:  # from a `finally`: must not hide why the job ended
-        internal_kv._internal_kv_del(prefix, del_by_prefix=True)
-    except Exception as exc:
-        log.debug("could not drop the recorded phases %s: %r", prefix, exc)
+        try:  # from a `finally`: must not hide why the job ended
+            internal_kv._internal_kv_del(self.prefix, del_by_prefix=True)
+        except Exception as exc:
+            log.debug("could not drop the recorded phases %s: %r", self.prefix, exc)
 
 
 @functools.cache

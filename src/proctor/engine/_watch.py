@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import SubstrateLost
 
 if TYPE_CHECKING:
-    from ..agents._run import Run
+    from ..agents import Run
 
 __all__ = ["WHY_WAIT", "SubstrateWatch"]
 

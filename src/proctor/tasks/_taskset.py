@@ -18,15 +18,13 @@ from pydantic import ValidationError
 
 from .._errors import SourceError, TasksetError
 from .._loader import load_module, task_modules
-from ..records._task import Task
+from ..records import Task
 
 if TYPE_CHECKING:
-    from ..agents._agent import Agent
-    from ..engine._job import Job
-    from ..engine._ray_executor import RayExecutor
-    from ..engine._timeouts import Timeouts
+    from ..agents import Agent
+    from ..engine import Job, RayExecutor, Timeouts
     from ..proxy import InterceptionProxy, ModelLimits
-    from ..runtimes._base import RuntimeLike
+    from ..runtimes import RuntimeLike
 
 __all__ = ["Taskset"]
 

@@ -16,12 +16,11 @@ from .._errors import RemoteError, TasksetError
 from ._taskset import Taskset
 
 if TYPE_CHECKING:
-    from ..agents._run import Run
-    from ..engine._timeouts import Timeouts
-    from ..env._environment import Environment
-    from ..records._records import RunError
-    from ..records._task import Task
-    from ..runtimes._base import RuntimeLike
+    from ..agents import Run
+    from ..engine import Timeouts
+    from ..env import Environment
+    from ..records import RunError, Task
+    from ..runtimes import RuntimeLike
 
 __all__ = ["TaskCheck", "ValidationReport", "validate"]
 
@@ -194,8 +193,8 @@ async def _checkers(
     """A checker per substrate the rows need: in this process where the runtime serves
     from it, else through one substrate per environment and runtime_config, at most
     `max_concurrent` brought up at once."""
-    from ..env._environment import registered
-    from ..runtimes._local import LocalRuntime
+    from ..env import registered
+    from ..runtimes import LocalRuntime
 
     first = {_substrate(task): task for task in reversed(list(_rows(tasks)))}
     if runtime is None:
@@ -205,14 +204,15 @@ async def _checkers(
         if isinstance(served, str):
             return {key: _unreachable(served) for key in first}
         return {key: _in_process(served) for key in first}
-    gate = asyncio.Semaphore(max_concurrent or len(first) or 1)
+    from ..engine import for_each
 
-    async def bring_up(task: Task) -> _Checker:
-        async with gate:
-            return await _remote(runtime, task, limits)
+    checkers: dict[tuple[str, str], _Checker] = {}
 
-    checkers = await asyncio.gather(*(bring_up(task) for task in first.values()))
-    return dict(zip(first, checkers, strict=True))
+    async def bring_up(key: tuple[str, str]) -> None:
+        checkers[key] = await _remote(runtime, first[key], limits)
+
+    await for_each(list(first), bring_up, max_concurrent=max_concurrent)
+    return {key: checkers[key] for key in first}
 
 
 async def _local_environment(runtime: Any) -> Environment | str:
@@ -245,7 +245,7 @@ def _in_process(env: Environment | None) -> _Checker:
 
 async def _remote(runtime: RuntimeLike, task: Task, limits: Timeouts) -> _Checker:
     """Bring up a substrate for `task`, read the served environment's templates."""
-    from ..channel._client import connect
+    from ..channel import connect
 
     try:
         async with asyncio.timeout(limits.rollout or limits.start):
@@ -315,7 +315,7 @@ async def _reference(run: Run) -> None:
     if run.task.solution is not None:
         run.answer = run.task.solution
         return
-    from ..channel._messages import METHOD_NOT_FOUND
+    from ..channel import METHOD_NOT_FOUND
 
     assert run.client is not None
     try:
@@ -341,20 +341,17 @@ async def _oracle(
 ) -> None:
     """Run every task with the reference and the null agent, at most `max_concurrent`
     rollouts at a time, and judge each pair."""
-    from ..engine import default_runtime, rollout
+    from ..engine import default_runtime, for_each, rollout
 
     where = runtime if runtime is not None else default_runtime()
     jobs = [(task, agent) for task in tasks for agent in (_reference, _null)]
     runs: dict[tuple[str, Any], Run] = {}
-    cursor = iter(jobs)
 
-    async def worker() -> None:
-        for task, agent in cursor:
-            runs[task.slug, agent] = await rollout(task, agent, runtime=where, timeout=limits)
+    async def one(job: tuple[Task, Any]) -> None:
+        task, agent = job
+        runs[task.slug, agent] = await rollout(task, agent, runtime=where, timeout=limits)
 
-    async with asyncio.TaskGroup() as tg:
-        for _ in range(min(max_concurrent or len(jobs), len(jobs))):
-            tg.create_task(worker())
+    await for_each(jobs, one, max_concurrent=max_concurrent)
     for task in tasks:
         _judge(checks[task.slug], runs[task.slug, _reference], runs[task.slug, _null])
 

@@ -1,4 +1,5 @@
-"""`rollout()` and `run_taskset()`: the engine's two entry points (DESIGN section 1)."""
+"""The rollout driver: `rollout()` runs one task end to end, `execute_run()` drives a
+`Run` the caller made through its phases (DESIGN section 1)."""
 
 from __future__ import annotations
 
@@ -6,29 +7,25 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .._errors import RemoteError, RolloutTimeout, RuntimeLaunchError, SubstrateLost
-from ..agents._run import JudgeEndpoint, Run
-from ..channel._client import connect
-from ..records._records import RunError
-from ._groups import apply_group_rewards, check_group_rewards
-from ._job import Job
+from ..agents import JudgeEndpoint, Run
+from ..channel import connect
+from ..records import RunError
 from ._timeouts import Timeouts
 from ._watch import SubstrateWatch
 
 if TYPE_CHECKING:
-    from ..agents._agent import Agent
+    from ..agents import Agent
     from ..proxy import InterceptionProxy, ModelLimits
-    from ..records._task import Task
-    from ..runtimes._base import RuntimeLike
-    from ._ray_executor import RayExecutor
+    from ..records import Task
+    from ..runtimes import RuntimeLike
 
-__all__ = ["Adoption", "execute", "rollout", "run_taskset"]
+__all__ = ["Adoption", "default_runtime", "execute_run", "rollout"]
 
 log = logging.getLogger("proctor.engine")
 
@@ -73,7 +70,7 @@ async def rollout(
             (`run.model_env` points a harness at it) and its turns land on the trace.
         limits: that session's budgets (default: the proxy's).
         launch_retries: fresh substrates to try when a launch fails before the agent
-            starts (see `execute`).
+            starts (see `execute_run`).
         judge: an interception proxy for the task's graders: a session on it is open
             for the grading phase only, sent as `judge` when the task needs one; its
             turns land on the trace marked `data["judge"] = True` (and in `run.cost`).
@@ -85,7 +82,7 @@ async def rollout(
         asyncio.CancelledError: the rollout was cancelled (after its teardown).
     """
     run = Run(task, job_id=job_id, group_id=group_id, trace_id=trace_id)
-    return await execute(
+    return await execute_run(
         run,
         agent,
         runtime=runtime,
@@ -116,7 +113,7 @@ class Adoption:
     """Stops the adopted substrate at teardown (e.g. its container), if anything must."""
 
 
-async def execute(
+async def execute_run(
     run: Run,
     agent: Agent,
     *,
@@ -387,165 +384,6 @@ async def _scope(limit: float | None, run: Run) -> AsyncIterator[None]:
         raise RolloutTimeout(run.phase, limit) from None
 
 
-async def run_taskset(
-    tasks: Iterable[Task],
-    agent: Agent,
-    *,
-    runtime: RuntimeLike | None = None,
-    group: int | None = 1,
-    max_concurrent: int | None = None,
-    job: Job | None = None,
-    rollout_timeout: Timeouts | float | None = None,
-    on_run: Callable[[Run], Any] | None = None,
-    name: str = "",
-    proxy: InterceptionProxy | None = None,
-    limits: ModelLimits | None = None,
-    executor: Literal["local", "ray"] | RayExecutor = "local",
-    judge: InterceptionProxy | None = None,
-) -> Job:
-    """Run every task `group` times and return the `Job`; never raises for a rollout.
-
-    Rows expand into `(task, group_id)` pairs (repeats of a row share a group id);
-    placement is resolved once; at most `max_concurrent` rollouts run at a time. Runs
-    land in `job.runs` in expansion order; `on_run` hears each as it finishes (before
-    its group's rewards). With a `proxy`, each rollout gets its own session on it
-    (budgets `limits`); with a `judge` proxy, each grading phase gets one on it.
-
-    Once every rollout ended, each group's runs get the group rewards of their row's
-    environment (`@env.group_reward`, found by name in this process) and, in a group
-    of two or more, `run.advantage` (see `apply_group_rewards`).
-
-    `executor="local"` runs every agent loop in this event loop; `"ray"` (or a
-    `RayExecutor` for its options) runs them on Ray workers across a cluster, which
-    need the agent and `runtime` to be picklable; `proxy` is not supported there.
-
-    Raises:
-        ValueError: a bad count or executor, a `proxy` or `judge` with
-            `executor="ray"`, or a group smaller than 2 for a row whose environment
-            has group rewards (before anything starts).
-        RuntimeLaunchError: `executor="ray"` could not reach Ray or start a shard.
-    """
-    group = _check_counts(group, max_concurrent)
-    runner = _executor(executor, proxy, limits, judge)
-    job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
-    rows = list(tasks)
-    check_group_rewards(rows, group)
-    pairs = [(task, gid) for task in rows for gid in [uuid.uuid4().hex] for _ in range(group)]
-    results = _Results(len(pairs), on_run)
-    try:
-        await runner.run(
-            pairs,
-            agent,
-            runtime=runtime if runtime is not None else default_runtime(),
-            job_id=job.id,
-            timeout=rollout_timeout,
-            max_concurrent=max_concurrent,
-            finished=results.finished,
-        )
-    finally:
-        runs = results.runs()
-        job.runs.extend(runs)
-    await apply_group_rewards(runs)
-    return job
-
-
-def _check_counts(group: int | None, max_concurrent: int | None) -> int:
-    group = 1 if group is None else group
-    if group < 1:
-        raise ValueError("group must be >= 1")
-    if max_concurrent is not None and max_concurrent < 1:
-        raise ValueError("max_concurrent must be >= 1")
-    return group
-
-
-class _Results:
-    """Runs by expansion index as they finish; `on_run` hears each one."""
-
-    def __init__(self, size: int, on_run: Callable[[Run], Any] | None) -> None:
-        self._runs: list[Run | None] = [None] * size
-        self._on_run = on_run
-
-    def finished(self, i: int, run: Run) -> None:
-        self._runs[i] = run
-        if self._on_run is not None:
-            try:
-                self._on_run(run)
-            except Exception:  # a broken progress callback must not sink the batch
-                log.exception("on_run callback failed for %s", run.slug)
-
-    def runs(self) -> list[Run]:
-        return [r for r in self._runs if r is not None]
-
-
-class _LocalExecutor:
-    """Every agent loop in this event loop, at most `max_concurrent` at a time."""
-
-    def __init__(
-        self,
-        proxy: InterceptionProxy | None,
-        limits: ModelLimits | None,
-        judge: InterceptionProxy | None,
-    ) -> None:
-        self.proxy = proxy
-        self.limits = limits
-        self.judge = judge
-
-    async def run(
-        self,
-        pairs: list[tuple[Task, str]],
-        agent: Agent,
-        *,
-        runtime: RuntimeLike,
-        job_id: str,
-        timeout: Timeouts | float | None,  # noqa: ASYNC109 - a Timeouts value
-        max_concurrent: int | None,
-        finished: Callable[[int, Run], None],
-    ) -> None:
-        """Run every `(task, group_id)` pair; hand each `Run` to `finished` as it ends."""
-        cursor = iter(enumerate(pairs))
-
-        async def worker() -> None:
-            for i, (task, gid) in cursor:
-                run = await rollout(
-                    task,
-                    agent,
-                    runtime=runtime,
-                    job_id=job_id,
-                    group_id=gid,
-                    timeout=timeout,
-                    proxy=self.proxy,
-                    limits=self.limits,
-                    judge=self.judge,
-                )
-                finished(i, run)
-
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(min(max_concurrent or len(pairs), len(pairs))):
-                tg.create_task(worker())
-
-
-def _executor(
-    executor: object,
-    proxy: InterceptionProxy | None,
-    limits: ModelLimits | None,
-    judge: InterceptionProxy | None,
-) -> _LocalExecutor | RayExecutor:
-    """The executor to run on: local (this event loop) or a `RayExecutor`."""
-    if executor == "local":
-        return _LocalExecutor(proxy, limits, judge)
-    from ._ray_executor import RayExecutor
-
-    if executor == "ray":
-        executor = RayExecutor()
-    if not isinstance(executor, RayExecutor):
-        raise ValueError(f"executor must be 'local', 'ray' or a RayExecutor, not {executor!r}")
-    if proxy is not None:
-        raise ValueError("proxy= serves agents in this process; executor='ray' cannot use it")
-    if judge is not None:
-        raise ValueError("judge= serves graders in this process; executor='ray' cannot use it")
-    return executor
-
-
 def default_runtime() -> RuntimeLike:
     """Placement when none is given: serve each row's environment in this process."""
     return _InProcess()
@@ -555,13 +393,13 @@ class _InProcess:
     """Find each row's `Environment` among those defined in this process."""
 
     def __init__(self) -> None:
-        from ..runtimes._local import LocalRuntime
+        from ..runtimes import LocalRuntime
 
         self._runtimes: dict[str, LocalRuntime] = {}
 
     def __call__(self, task: Task) -> contextlib.AbstractAsyncContextManager[Any]:
-        from ..env._environment import registered
-        from ..runtimes._local import LocalRuntime
+        from ..env import registered
+        from ..runtimes import LocalRuntime
 
         rt = self._runtimes.get(task.env)
         if rt is None:

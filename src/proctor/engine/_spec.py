@@ -1,0 +1,56 @@
+"""What a pool runs: the rollouts, the agents that run them, and one concurrency bound."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ._timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from ..agents import Agent
+    from ..records import Task
+    from ..runtimes import RuntimeLike
+
+__all__ = ["Planned", "RunSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One rollout to run: a row, its group (shared by the row's repeats) and the name
+    of the agent, among `RunSpec.agents`, that acts on it."""
+
+    task: Task
+    group_id: str
+    agent: str = ""
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """Many rollouts as one job: at most `max_concurrent` of them in flight at a time,
+    across every agent and, on Ray, every shard (None: no bound).
+
+    Raises:
+        ValueError: `max_concurrent` below 1, or a rollout names an agent not in `agents`.
+    """
+
+    rollouts: Sequence[Planned]
+    agents: Mapping[str, Agent]
+    runtime: RuntimeLike
+    job_id: str
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    max_concurrent: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ValueError("max_concurrent must be >= 1")
+        unknown = {p.agent for p in self.rollouts} - set(self.agents)
+        if unknown:
+            raise ValueError(f"rollouts name agents the spec does not have: {sorted(unknown)}")
+
+    @property
+    def width(self) -> int:
+        """Rollouts that may be in flight at once: the bound, or every rollout."""
+        return min(self.max_concurrent or len(self.rollouts), len(self.rollouts))
