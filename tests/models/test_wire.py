@@ -511,6 +511,46 @@ def test_anthropic_stream_text_thinking_and_tool_use() -> None:
     assert usage_from("messages", body) == Usage(1025, 1000, 0, 89, 0)
 
 
+def test_anthropic_stream_folds_a_compaction_block_that_goes_back_verbatim() -> None:
+    summary = "Summary: listed the files."
+    body = fold(
+        "messages",
+        events(
+            {
+                "type": "message_start",
+                "message": {"id": "m", "content": [], "usage": {"input_tokens": 3}},
+            },
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "compaction", "content": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "compaction_delta", "content": summary},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "text_delta", "text": "Go"},
+            },
+            {"type": "content_block_stop", "index": 1},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
+            named=True,
+        ),
+    )
+    message = parse_response("messages", body).message
+    assert message["compaction"] == {"type": "compaction", "content": summary}
+    assert message["content"] == "Go"
+
+
 def test_anthropic_stream_cut_inside_a_tool_call_is_malformed() -> None:
     body = fold(
         "messages",

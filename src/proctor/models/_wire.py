@@ -501,6 +501,8 @@ class _MessagesFold:
             _append(block, "signature", delta.get("signature"))
         elif kind == "citations_delta":
             block.setdefault("citations", []).append(delta.get("citation"))
+        elif kind == "compaction_delta":  # the whole summary in one delta
+            _append(block, "content", delta.get("content"))
 
     def _finish(self, index: int) -> None:
         text = self.partial.pop(index, None)

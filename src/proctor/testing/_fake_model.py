@@ -299,6 +299,8 @@ def _invalid(api: Api, body: Any) -> str | None:
     for field in required:
         if field not in body:
             return f"Missing required parameter: '{field}'."
+    if api == "chat" and "/routers/" in str(body["model"]) and "service_tier" in body:
+        return "service_tier is not supported for router models."  # Fireworks
     thinking = body.get("thinking")
     budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
     if api == "messages" and isinstance(budget, int) and budget >= body["max_tokens"]:
