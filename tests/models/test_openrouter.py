@@ -95,4 +95,5 @@ async def test_the_responses_provider_name_and_usage(replies: list[Any], fake: A
         response = await client.complete(TASK, session_key="k")
     assert fake.requests[0].path == "/v1/responses"
     assert response.usage.cached_input_tokens == 40 and response.usage.reasoning_tokens == 3
+    assert response.cost is not None and response.cost > 0  # priced as openai/gpt-5
     assert fake.requests[0].json["session_id"] == "k"
