@@ -2,7 +2,7 @@
 
 from .._public import publish
 from ._base import Endpoint, Runtime, RuntimeLike, UrlRuntime
-from ._container import ContainerRuntime
+from ._container import ContainerRuntime, ContainerSpec
 from ._image import python_image
 from ._local import LocalRuntime, find_environment
 from ._ray import RayRuntime
@@ -12,6 +12,7 @@ from ._subprocess import TOKEN_ENV, SubprocessRuntime
 __all__ = [
     "TOKEN_ENV",
     "ContainerRuntime",
+    "ContainerSpec",
     "Endpoint",
     "LocalRuntime",
     "RayRuntime",

@@ -12,32 +12,25 @@ import secrets
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError
 from .._resource import AsyncResource
 from ._base import Endpoint, Runtime, exit_cause
+from ._container_spec import NAME, SOCKET, SOCKET_DIR, ContainerSpec, Engine
 from ._process import MARK, REAP, Tail, check_teardown, killpg, parse_report
 
 if TYPE_CHECKING:
     from ..records._task import Task
 
-__all__ = ["ContainerRuntime", "Engine", "resolve_engine"]
+__all__ = ["SOCKET", "ContainerRuntime", "ContainerSpec", "Engine", "resolve_engine"]
 
 log = logging.getLogger("proctor.runtimes.container")
 
-Engine = Literal["podman", "docker"]
-
-SOCKET_DIR = "/run/proctor"
-"""Where a container on `network="none"` finds the folder its Unix socket goes in."""
-SOCKET = f"{SOCKET_DIR}/env.sock"
-DEFAULT_ULIMITS: Mapping[str, int | tuple[int, int]] = {"nofile": 1024, "nproc": 4096}
 _ANNOUNCE = re.compile(rb"^(PROCTOR_SERVE_PORT|HUD_SERVE_PORT|PROCTOR_SERVE_UNIX)=(.*)$")
-_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
-_MEMORY = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
 _MAX_UNIX_PATH = 107  # bytes in a Unix socket path (sun_path less its NUL)
 _CLI_TIMEOUT = 60.0
 _GIVE_UP = 1.0  # seconds a client creating a container gets to give up on SIGTERM
@@ -85,82 +78,38 @@ class ContainerRuntime(Runtime, AsyncResource):
     `resources`.
 
     Args:
-        image: image to run (default: the task's `runtime_config["image"]`).
+        spec: the whole `ContainerSpec`, or the image to run (default: the task's
+            `runtime_config["image"]`).
         source: environment source path inside the image, for `proctor.serve`.
-        command: a full command instead of `python -m proctor.serve SOURCE`.
-        env_name: which environment to serve when the source defines several.
-        engine: "podman" or "docker"; default: podman if installed, else docker.
-        network: "none", or the network to publish `port` from.
-        port: the container port the server listens on, off "none".
-        env: environment variables for the container (kept off command lines).
-        mounts: bind mounts, `HOST:CONTAINER[:ro|rw]`.
-        resources: default limits, `{"cpus": 1.5, "memory": "512m", "pids": 256}`;
-            a task's `runtime_config["resources"]` overrides them key by key.
-        batch: the `proctor.batch` label (default: a fresh id per runtime).
-        labels: more labels for every container.
-        oci_runtime: OCI runtime for the engine (`--runtime`, e.g. /usr/sbin/runc).
-        ulimits: per-container limits (soft, or (soft, hard)); the engines' own
-            defaults can exceed what the host allows. `nproc` counts every process of
-            the container's user on the host (root's, for a rootful engine).
-        args: more options for `run`, before the image.
-        startup_timeout: seconds to wait for the server's announcement.
-        stop_timeout: seconds between SIGTERM and SIGKILL at teardown.
+        **fields: the other fields of `ContainerSpec` (`command`, `network`,
+            `resources`, `batch`, ...), by keyword.
 
     Raises:
         ValueError: an argument is malformed (the message names it).
+        TypeError: an unknown keyword, or a `ContainerSpec` with other arguments.
         RuntimeLaunchError: no such engine is installed.
     """
 
     def __init__(
-        self,
-        image: str | None = None,
-        source: str | None = None,
-        *,
-        command: Sequence[str] | None = None,
-        env_name: str | None = None,
-        engine: Engine | None = None,
-        network: str = "none",
-        port: int = 8000,
-        env: Mapping[str, str] | None = None,
-        mounts: Sequence[str] = (),
-        resources: Mapping[str, Any] | None = None,
-        batch: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        oci_runtime: str | None = None,
-        ulimits: Mapping[str, int | tuple[int, int]] = DEFAULT_ULIMITS,
-        args: Sequence[str] = (),
-        startup_timeout: float = 60.0,
-        stop_timeout: float = 5.0,
+        self, spec: ContainerSpec | str | None = None, source: str | None = None, **fields: Any
     ) -> None:
-        if source is not None and command is not None:
-            raise ValueError("ContainerRuntime takes a source or a command, not both")
-        if network == "host" or not _NAME.match(network):
-            raise ValueError(f"network must be 'none' or a network name, not {network!r}")
-        if not 0 < port < 65536:
-            raise ValueError(f"port must be 1-65535, not {port}")
-        if batch is not None and not _NAME.match(batch):
-            raise ValueError(f"batch must be letters, digits, '_', '.', '-': {batch!r}")
-        self.image = image
-        self.source = source
-        self.command = list(command) if command is not None else None
-        self.env_name = env_name
-        self.engine = engine
-        self.network = network
-        self.port = port
-        self.env = dict(env or {})
-        self.mounts = [_mount(m) for m in mounts]
-        self.resources = _resources(resources or {})
-        self.batch = batch or secrets.token_hex(6)
-        self.labels = dict(labels or {})
-        self.oci_runtime = oci_runtime
-        self.ulimits = {k: v if isinstance(v, tuple) else (v, v) for k, v in ulimits.items()}
-        self.args = list(args)
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self._exe = resolve_engine(engine)
+        if isinstance(spec, ContainerSpec):
+            if source is not None or fields:
+                raise TypeError("ContainerRuntime(spec) takes no other arguments")
+        else:
+            if spec is not None:
+                if "image" in fields:
+                    raise TypeError("ContainerRuntime got the image twice")
+                fields["image"] = spec
+            if source is not None:
+                fields["source"] = source
+            spec = ContainerSpec(**fields)
+        self.spec = spec
+        self.batch = spec.batch or secrets.token_hex(6)
+        self._exe = resolve_engine(spec.engine)
 
     def __repr__(self) -> str:
-        return f"ContainerRuntime({self.image!r}, batch={self.batch!r})"
+        return f"ContainerRuntime({self.spec.image!r}, batch={self.batch!r})"
 
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         return self._endpoint(task)
@@ -173,46 +122,6 @@ class ContainerRuntime(Runtime, AsyncResource):
     def engine_name(self) -> str:
         """The engine CLI in use ("podman" or "docker")."""
         return Path(self._exe[0]).name
-
-    def _argv(self, task: Task, name: str, rollout: str, socket_dir: str | None) -> list[str]:
-        """The `run` command line for one rollout's container."""
-        config = task.runtime_config or {}
-        image = config.get("image", self.image)
-        if not isinstance(image, str) or not image:
-            raise ValueError(f"no image for task {task.slug!r}: pass image= or runtime_config")
-        if self.command is None and self.source is None:
-            raise ValueError("ContainerRuntime needs a source or a command")
-        argv = [*self._exe, "run", "--name", name, "--pull", "never", "--log-driver", "none"]
-        labels = {**self.labels, "proctor.batch": self.batch, "proctor.rollout": rollout}
-        argv += [f"--label={k}={v}" for k, v in labels.items()]
-        argv += ["--network", self.network, "--cap-drop", "ALL"]
-        argv += ["--security-opt", "no-new-privileges"]
-        if socket_dir is not None:
-            argv += ["-v", f"{socket_dir}:{SOCKET_DIR}", "--env=PROCTOR_SOCKET"]
-        else:
-            argv += ["-p", f"127.0.0.1::{self.port}", "--env=PROCTOR_TOKEN"]
-        argv += [f"--env={key}" for key in ["PYTHONUNBUFFERED", *self.env]]
-        for mount in self.mounts:
-            argv += ["-v", mount]
-        limits = {**self.resources, **_resources(config.get("resources") or {})}
-        for key, flag in (("cpus", "--cpus"), ("memory", "--memory"), ("pids", "--pids-limit")):
-            if key in limits:
-                argv += [flag, str(limits[key])]
-        argv += [f"--ulimit={k}={soft}:{hard}" for k, (soft, hard) in self.ulimits.items()]
-        if self.oci_runtime:
-            argv += ["--runtime", self.oci_runtime]
-        return [*argv, *self.args, image, *self._command(socket_dir is not None)]
-
-    def _command(self, unix: bool) -> list[str]:
-        if self.command is not None:
-            return self.command
-        assert self.source is not None
-        argv = ["python", "-m", "proctor.serve", self.source]
-        argv += ["--env", self.env_name] if self.env_name else []
-        if unix:
-            return [*argv, "--unix", SOCKET]
-        tcp = f"--host 0.0.0.0 --port {self.port} --token-env PROCTOR_TOKEN"
-        return [*argv, *tcp.split()]
 
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
@@ -269,7 +178,7 @@ class ContainerRuntime(Runtime, AsyncResource):
             if code != 0:
                 raise RuntimeLaunchError(f"{self.engine_name} rm: {err.strip()}")
         batch = labels.get("proctor.batch")
-        if batch is not None and _NAME.match(batch):
+        if batch is not None and NAME.match(batch):
             rollouts = _socket_dir(batch, "[0-9a-f]" * 16)  # not those of batch "{batch}-x"
             for folder in rollouts.parent.glob(rollouts.name):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -289,7 +198,7 @@ class ContainerRuntime(Runtime, AsyncResource):
         if not folder.name.startswith(prefix) or not re.fullmatch("[0-9a-f]{16}", rollout):
             raise ValueError(f"{url} is not served by a container of batch {self.batch!r}")
         try:
-            await self._remove(f"proctor-{rollout}", self.stop_timeout)
+            await self._remove(f"proctor-{rollout}", self.spec.stop_timeout)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -313,7 +222,7 @@ class ContainerRuntime(Runtime, AsyncResource):
 
     async def _host_port(self, name: str) -> int:
         """The 127.0.0.1 port published for the container's `port`."""
-        _, out, err = await _cli([*self._exe, "port", name, f"{self.port}/tcp"])
+        _, out, err = await _cli([*self._exe, "port", name, f"{self.spec.port}/tcp"])
         for line in out.splitlines():
             host, _, port = line.strip().rpartition(":")
             if host == "127.0.0.1" and port.isdigit():
@@ -324,8 +233,8 @@ class ContainerRuntime(Runtime, AsyncResource):
 class _Container:
     """One rollout's container: run it attached, read its announcement, remove it."""
 
-    def __init__(self, spec: ContainerRuntime, task: Task) -> None:
-        self.spec = spec
+    def __init__(self, runtime: ContainerRuntime, task: Task) -> None:
+        self.runtime = runtime
         self.task = task
         self.rollout = secrets.token_hex(8)
         self.name = f"proctor-{self.rollout}"
@@ -333,7 +242,7 @@ class _Container:
         self.token = secrets.token_urlsafe(24)
         self.proc: asyncio.subprocess.Process | None = None
         self.readers: list[asyncio.Task[None]] = []
-        self.tail = Tail(f"{spec.engine_name} container {self.name}")
+        self.tail = Tail(f"{runtime.engine_name} container {self.name}")
         self.teardown_error: str | None = None  # what its shutdown hooks said, if they failed
         self.where: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.death: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -346,10 +255,10 @@ class _Container:
             RuntimeLaunchError: the engine failed, the container exited first or
                 stayed silent for `startup_timeout`.
         """
-        spec = self.spec
+        runtime, spec = self.runtime, self.runtime.spec
         env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
         if spec.network == "none":
-            folder = _socket_dir(spec.batch, self.rollout)
+            folder = _socket_dir(runtime.batch, self.rollout)
             if len(f"{folder}/{Path(SOCKET).name}") > _MAX_UNIX_PATH:
                 raise RuntimeLaunchError(f"the socket path in {folder} is too long: set TMPDIR")
             os.mkdir(folder, 0o700)
@@ -357,7 +266,9 @@ class _Container:
             env["PROCTOR_SOCKET"] = SOCKET
         else:
             env["PROCTOR_TOKEN"] = self.token
-        argv = spec._argv(self.task, self.name, self.rollout, self.dir)
+        argv = spec.run_argv(
+            runtime._exe, self.task, runtime.batch, self.name, self.rollout, self.dir
+        )
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -398,10 +309,11 @@ class _Container:
                     "serve on $PROCTOR_SOCKET"
                 )
             )
-        if value != str(self.spec.port):
-            raise RuntimeLaunchError(self.tail.why(f"serves port {value}, not {self.spec.port}"))
-        port = await self.spec._host_port(self.name)
-        return Endpoint(f"tcp://127.0.0.1:{port}", token=self.token, died=self.death)
+        port = self.runtime.spec.port
+        if value != str(port):
+            raise RuntimeLaunchError(self.tail.why(f"serves port {value}, not {port}"))
+        host_port = await self.runtime._host_port(self.name)
+        return Endpoint(f"tcp://127.0.0.1:{host_port}", token=self.token, died=self.death)
 
     async def _read(self, stream: asyncio.StreamReader, fd: int) -> None:
         """Route one output stream: the announcement, then lines to the log."""
@@ -438,7 +350,7 @@ class _Container:
         cause = exit_cause(what, 128 - code if 128 < code < 128 + signal.NSIG else code)
         with contextlib.suppress(Exception):  # the cause stays as good as it can be
             _, out, _ = await _cli(
-                [*self.spec._exe, "inspect", "--format", "{{.State.OOMKilled}}", self.name]
+                [*self.runtime._exe, "inspect", "--format", "{{.State.OOMKilled}}", self.name]
             )
             if out.strip() == "true":
                 cause = f"{what} OOM-killed (out of memory)"
@@ -463,7 +375,7 @@ class _Container:
         up, or passes the signal on), and the container is removed once the client is
         gone, when nothing can create it any more.
         """
-        spec, proc = self.spec, self.proc
+        runtime, proc = self.runtime, self.proc
         self.stopping = True
         served = self.where.done() and not self.where.cancelled()
         if served and self.where.exception() is not None:
@@ -472,7 +384,7 @@ class _Container:
             if proc is None:
                 return
             if served:  # running, or exited on its own: removed either way
-                await spec._remove(self.name, spec.stop_timeout)
+                await runtime._remove(self.name, runtime.spec.stop_timeout)
             elif proc.returncode is None:
                 killpg(proc.pid, signal.SIGTERM)
                 with contextlib.suppress(TimeoutError):
@@ -480,14 +392,14 @@ class _Container:
                 # Best effort: the engine may still be cleaning up ("device or resource
                 # busy"); the removal once the client is reaped, below, is the one that counts.
                 with contextlib.suppress(RuntimeLaunchError):
-                    await spec._remove(self.name, 0)
+                    await runtime._remove(self.name, 0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), REAP)  # it ends with its container
             if proc.returncode is None:
                 killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
             if not served:
-                await spec._remove(self.name, 0)
+                await runtime._remove(self.name, 0)
         finally:
             if self.readers and proc is not None and proc.returncode is not None:
                 # The client is gone: its pipes are at EOF, and its last lines (a failed
@@ -503,40 +415,6 @@ class _Container:
 def _socket_dir(batch: str, rollout: str) -> Path:
     """The folder of one rollout's Unix socket on this machine."""
     return Path(tempfile.gettempdir(), f"proctor-{batch}-{rollout}")
-
-
-def _mount(spec: str) -> str:
-    """Check a `HOST:CONTAINER[:ro|rw]` bind mount; the host path made absolute."""
-    parts = spec.split(":")
-    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
-        raise ValueError(f"a mount is HOST:CONTAINER[:ro|rw], not {spec!r}")
-    host, inside = os.path.abspath(parts[0]), parts[1]
-    if not os.path.exists(host):
-        raise ValueError(f"mount {spec!r}: {host} does not exist")
-    if not inside.startswith("/"):
-        raise ValueError(f"mount {spec!r}: the container path must be absolute")
-    return ":".join([host, *parts[1:]])
-
-
-def _resources(resources: Mapping[str, Any]) -> dict[str, Any]:
-    """The limits a container applies (`cpus`, `memory`, `pids`), checked; others ignored."""
-    out: dict[str, Any] = {}
-    cpus = resources.get("cpus")
-    if cpus is not None:
-        if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
-            raise ValueError(f"resources.cpus must be a positive number, not {cpus!r}")
-        out["cpus"] = cpus
-    memory = resources.get("memory")
-    if memory is not None:
-        if isinstance(memory, bool) or not _MEMORY.match(str(memory)):
-            raise ValueError(f"resources.memory must be bytes or like '512m', not {memory!r}")
-        out["memory"] = memory
-    pids = resources.get("pids")
-    if pids is not None:
-        if isinstance(pids, bool) or not isinstance(pids, int) or pids <= 0:
-            raise ValueError(f"resources.pids must be a positive integer, not {pids!r}")
-        out["pids"] = pids
-    return out
 
 
 async def _cli(argv: list[str], limit: float = _CLI_TIMEOUT) -> tuple[int, str, str]:

@@ -94,6 +94,8 @@ class ViewApp:
         self.hosts = hosts
         self.closing = asyncio.Event()
         self._streams: dict[asyncio.Event, None] = {}  # live `/events` streams, oldest first
+        # Each batch's page aggregates, with the signature of the batch they were made from.
+        self._aggregates: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
         root = importlib.resources.files("proctor.view") / "static"
         self._static = {name: (root / name).read_bytes() for name in _STATIC}
 
@@ -172,7 +174,7 @@ class ViewApp:
     async def _api(self, batch: BatchDir, rest: list[str], request: Request) -> Response:
         match rest:
             case []:
-                return Response.json(await asyncio.to_thread(_batch_data, batch))
+                return Response.json(await asyncio.to_thread(self._batch_data, batch))
             case ["rollouts"]:
                 query = parse_query(_params(request))
                 return Response.json(await asyncio.to_thread(query_rollouts, batch, query))
@@ -225,7 +227,7 @@ class ViewApp:
         return Response.text(html, content_type=_HTML)
 
     async def _page_batch(self, batch: BatchDir) -> Response:
-        data = await asyncio.to_thread(_batch_data, batch)
+        data = await asyncio.to_thread(self._batch_data, batch)
         hist = data["reward_hist"]
         html = render(
             "batch.html",
@@ -278,20 +280,16 @@ class ViewApp:
         finally:
             self._streams.pop(stop, None)
 
-
-_AGGREGATES: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
-
-
-def _batch_data(batch: BatchDir) -> dict[str, Any]:
-    """The batch page's aggregates, computed again only when the batch changed (a
-    finished batch of 100,000 rollouts costs seven passes over its index once)."""
-    key = signature(batch)
-    cached = _AGGREGATES.get(batch.path)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    data = _aggregates(batch)
-    _AGGREGATES[batch.path] = (key, data)
-    return data
+    def _batch_data(self, batch: BatchDir) -> dict[str, Any]:
+        """The batch page's aggregates, computed again only when the batch changed (a
+        finished batch of 100,000 rollouts costs seven passes over its index once)."""
+        key = signature(batch)
+        cached = self._aggregates.get(batch.path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        data = _aggregates(batch)
+        self._aggregates[batch.path] = (key, data)
+        return data
 
 
 def _aggregates(batch: BatchDir) -> dict[str, Any]:
