@@ -2,11 +2,12 @@
 
 `policy` reads the values from the prompt and answers as a model would with the
 `computer_action` tool: one batch that clicks each field of the form (its layout is
-known: `app.py`), types the value, ticks Subscribe if asked and presses Save; then,
-when the next frame came back, `done`. `native_policy` plays the same clicks and
-typing as Anthropic's native computer tool would call them. `OfflineAgent` serves
-either from `proctor.testing.FakeModelServer` with a `ComputerAgent` in front of it.
-Set `FORM_MODEL` (e.g. `openai/gpt-4.1`) to give the form to a real model instead.
+known: `app.py`), types the value, ticks Subscribe if asked, presses Save and waits
+a moment for the app to redraw; then, when that frame came back, `done`.
+`native_policy` plays the same clicks and typing as Anthropic's native computer tool
+would call them. `OfflineAgent` serves either from `proctor.testing.FakeModelServer`
+with a `ComputerAgent` in front of it. Set `FORM_MODEL` (e.g. `openai/gpt-4.1`) to
+give the form to a real model instead.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def policy(request: FakeRequest) -> Reply:
     actions += [_click(EMAIL), {"type": "type", "text": email}]
     if subscribe:
         actions.append(_click(SUBSCRIBE))
-    return Reply.actions(*actions, _click(SAVE))
+    # the app redraws after it handled the events: wait for it before the frame
+    return Reply.actions(*actions, _click(SAVE), {"type": "wait", "ms": 300})
 
 
 def native_policy(request: FakeRequest) -> Reply:

@@ -20,6 +20,7 @@ from .._errors import BatchConfigError
 from ._config import (
     BatchConfig,
     CommandAgentEntry,
+    ComputerAgentEntry,
     ConfigProblem,
     ContainerRuntimeConfig,
     PythonAgentEntry,
@@ -184,6 +185,8 @@ def _agent(config: BatchConfig, entry: Any) -> Any:
             tool_timeout=entry.tool_timeout,
             params=entry.params,
         )
+    if isinstance(entry, ComputerAgentEntry):
+        return _computer_agent(entry)
     if isinstance(entry, CommandAgentEntry):
         from ..agents import CommandAgent
 
@@ -204,6 +207,26 @@ def _agent(config: BatchConfig, entry: Any) -> Any:
         return load_agent(spec, source, config.env_source(), wrap=agent_from_fn)
     except Exception as exc:
         raise _problem("agents", f"{entry.agent}: {exc}") from exc
+
+
+def _computer_agent(entry: ComputerAgentEntry) -> Any:
+    from ..agents import ComputerAgent
+    from ..models import ContextPolicy
+
+    prompt = {} if entry.system_prompt is None else {"system_prompt": entry.system_prompt}
+    return ComputerAgent(
+        entry.model,
+        capability=entry.capability,
+        max_actions=entry.max_actions,
+        max_invalid=entry.max_invalid,
+        done=entry.done,
+        strict=entry.strict,
+        context=ContextPolicy(max_frames=entry.max_frames),
+        frame=entry.frame.model_dump(),
+        params=entry.params,
+        native=entry.native,
+        **prompt,
+    )
 
 
 def _problem(path: str, message: str) -> BatchConfigError:
