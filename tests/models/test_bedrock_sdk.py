@@ -185,3 +185,31 @@ async def test_signed_chat_compacts_past_24_messages(fake: FakeBedrockServer, aw
 
 def _call(i: int) -> dict[str, Any]:
     return {"id": f"c{i}", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+
+
+async def test_boto3_reads_the_converse_stream(fake: FakeBedrockServer, aws_env: Use) -> None:
+    """The fake's event stream is AWS's binary encoding: botocore checks every CRC."""
+    aws_env(fake)
+
+    def stream() -> list[dict[str, Any]]:
+        response = _runtime(fake).converse_stream(
+            modelId=MODEL,
+            messages=[{"role": "user", "content": [{"text": "go"}]}],
+            toolConfig={"tools": [{"toolSpec": {"name": "shell", "inputSchema": {"json": {}}}}]},
+        )
+        return list(response["stream"])
+
+    events = await asyncio.to_thread(stream)
+    kinds = [next(iter(e)) for e in events]
+    assert kinds == [
+        "messageStart",
+        "contentBlockStart",
+        "contentBlockDelta",
+        "contentBlockStop",
+        "messageStop",
+        "metadata",
+    ]
+    assert events[1]["contentBlockStart"]["start"]["toolUse"]["name"] == "shell"
+    assert events[2]["contentBlockDelta"]["delta"]["toolUse"]["input"] == '{"command":"ls"}'
+    assert events[4]["messageStop"]["stopReason"] == "tool_use"
+    assert events[5]["metadata"]["usage"]["outputTokens"] > 0

@@ -170,6 +170,7 @@ async def test_chat_harness_to_a_converse_model(aws_env: Use) -> None:
     assert text == "done"
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 900
     assert [m.id for m in listed.data] == [CLAUDE]
+    assert [r.path.rsplit("/", 1)[-1] for r in fake.requests] == ["converse", "converse-stream"]
     converse = [r.json for r in fake.requests]
     assert converse[0]["toolConfig"]["toolChoice"] == {"tool": {"name": "shell"}}
     assert converse[0]["messages"][0]["content"][1]["image"]["format"] == "png"
@@ -239,3 +240,36 @@ async def test_rollouts_on_a_bedrock_model_through_the_proxy(
         text = orjson.dumps(run.to_dict(), default=str).decode().lower()
         for secret in _secrets(fake):
             assert secret.lower() not in text, secret
+
+
+async def test_a_streamed_tool_call_arrives_in_chunks(aws_env: Use) -> None:
+    script = [
+        Reply(reasoning="look first", tool_calls=Reply.tool("shell", command="ls").tool_calls)
+    ]
+    async with FakeBedrockServer(script, models=(CLAUDE,)) as fake:
+        aws_env(fake)
+        async with InterceptionProxy(Upstream.of(fake.model_string()), clock=FakeClock()) as proxy:
+            session = proxy.open_session("r1")
+            harness = openai.AsyncOpenAI(
+                base_url=session.base_url, api_key=session.secret, max_retries=0
+            )
+            try:
+                create: Any = harness.chat.completions.create
+                stream = await create(
+                    model="m",
+                    messages=[{"role": "user", "content": "go"}],
+                    tools=[SHELL],
+                    stream=True,
+                )
+                chunks = [chunk async for chunk in stream]
+            finally:
+                await harness.close()
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [call for d in deltas for call in d.tool_calls or ()]
+    assert calls[0].id and calls[0].function.name == "shell"
+    assert "".join(c.function.arguments or "" for c in calls) == '{"command":"ls"}'
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    (turn,) = session.turns
+    assert turn["status"] == 200 and turn["error"] is None
+    assert turn["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "shell"
+    assert turn["response"]["choices"][0]["message"]["reasoning_content"] == "look first"

@@ -1,6 +1,6 @@
 """Chat Completions over Bedrock Converse, for the interception proxy: a harness's chat
-request as a Converse body, and a Converse response as a chat completion (or its
-stream of chunks, for a harness that asked to stream)."""
+request as a Converse body, a Converse response or error in chat shape (a stream's
+chunks: `_bedrock_stream`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ._bedrock_converse import (
 from ._content import image_data, is_image
 from ._types import Message, ToolSpec
 
-__all__ = ["chat_chunks", "chat_to_converse", "converse_error", "converse_to_chat"]
+__all__ = ["chat_to_converse", "converse_error", "converse_to_chat"]
 
 # Chat parameters Converse has a field for; the rest of a harness's request (`n`,
 # `user`, `stream_options`, `response_format`, ...) has no Converse equivalent.
@@ -94,26 +94,6 @@ def converse_to_chat(body: Any, model: str, request_id: str) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
         },
     }
-
-
-def chat_chunks(completion: dict[str, Any], *, include_usage: bool) -> list[str]:
-    """A chat completion as the `data:` payloads of its stream (`[DONE]` last)."""
-    choice = completion["choices"][0]
-    message = choice["message"]
-    head = {k: completion[k] for k in ("id", "created", "model")}
-    head["object"] = "chat.completion.chunk"
-    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-    if message.get("reasoning_content"):
-        delta["reasoning_content"] = message["reasoning_content"]
-    if message.get("tool_calls"):
-        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
-    chunks = [
-        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
-    ]
-    if include_usage:
-        chunks.append({**head, "choices": [], "usage": completion["usage"]})
-    return [*(orjson.dumps(c).decode() for c in chunks), "[DONE]"]
 
 
 def converse_error(status: int, data: bytes, kind: str) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -24,7 +24,8 @@ from .._http import (
     SSEParser,
     format_sse,
 )
-from ..models._bedrock_chat import chat_chunks, chat_to_converse, converse_error, converse_to_chat
+from ..models._bedrock_chat import chat_to_converse, converse_error, converse_to_chat
+from ..models._bedrock_stream import ConverseStreamFold
 from ..models._pricing import cost
 from ..models._retry import Retrier, classify_status, retry_after_from
 from ..models._types import Usage
@@ -70,6 +71,8 @@ class Turn:
         self.size = len(req.body)
         self.url = upstream.url(req.path)
         self.stream = bool(body.get("stream"))
+        if upstream.converse and self.stream:
+            self.url += "-stream"  # ConverseStream
         self.retrier = retrier
         self.start = time.time()
         self.t0 = time.perf_counter()
@@ -127,8 +130,8 @@ class Turn:
             resp = await self.client.request("POST", self.url, headers=headers, body=self.payload)
         except HttpError as exc:
             return self._retry("transport", None, str(exc), t0, f"upstream unreachable: {exc}")
-        if 200 <= resp.status < 300 and self.stream and not self.upstream.converse:
-            return self._relay(resp, t0)
+        if 200 <= resp.status < 300 and self.stream:
+            return self._relay(resp, t0, self._fold(resp))
         try:
             data = await resp.read()
         except HttpError as exc:
@@ -221,39 +224,37 @@ class Turn:
             cause, status, error, retry_after=retry_after, started=t0, duration=clock.now() - t0
         )
 
-    def _relay(self, resp: ClientResponse, t0: float) -> Response:
-        """Pass an SSE stream through as it arrives; record the turn when it ends.
+    def _fold(self, resp: ClientResponse) -> _Fold:
+        """How this turn's stream reaches the harness: as it is, or from Converse."""
+        if not self.upstream.converse:
+            return _Passthrough(self.api, self.strip_usage)
+        request_id = resp.headers.get("x-amzn-requestid") or f"{time.time_ns():x}"
+        include = (self.body.get("stream_options") or {}).get("include_usage") is True
+        return ConverseStreamFold(self.upstream.model or "", request_id, include_usage=include)
 
-        Bytes go through untouched, unless the proxy asked for the usage chunk the
-        harness did not: then events are re-framed one by one and that chunk withheld.
-        """
-        parser = SSEParser()
-        acc = StreamAccumulator(self.api)
+    def _relay(self, resp: ClientResponse, t0: float, fold: _Fold) -> Response:
+        """Relay a stream as it arrives (through `fold`); record the turn when it ends."""
         sent: list[bytes] = []
 
         async def body() -> AsyncIterator[bytes]:
             error: str | None = "client disconnected"
             first: float | None = None
             try:
-                async for chunk in resp.aiter_bytes():
+                async for data in resp.aiter_bytes():
                     if first is None:
                         first = time.perf_counter() - self.t0
-                    events = parser.feed(chunk)
-                    for event in events:
-                        acc.feed(event)
-                    if self.strip_usage:
-                        chunk = b"".join(_frame(e) for e in events if not _usage_only(e))
+                    chunk = fold.feed(data)
                     if chunk:
                         sent.append(chunk)
                         yield chunk
-                error = acc.problem or check_response(self.api, acc.result())
+                error = fold.problem()
             except HttpError as exc:
                 error = f"upstream stream broke off: {exc}"
                 raise Abort(error) from None
             finally:
                 await resp.aclose()
                 self._attempt("ok" if error is None else "malformed", resp.status, error, None, t0)
-                self._record(resp.status, acc.result(), error, ttft=first)
+                self._record(resp.status, fold.result(), error, ttft=first)
                 if error is None:
                     self._commit(Replay(resp.status, _SSE_HEADERS, b"".join(sent)))
                 else:  # a cut or broken stream is never replayed as the answer
@@ -266,10 +267,6 @@ class Turn:
     ) -> Response:
         self._record(resp.status, parsed, error)
         headers = down_headers(resp)
-        if self.stream and self.upstream.converse and error is None:
-            include = (self.body.get("stream_options") or {}).get("include_usage") is True
-            data = b"".join(format_sse(c) for c in chat_chunks(parsed, include_usage=include))
-            headers = list(_SSE_HEADERS)
         if error is not None:  # the provider's refusal, final: the proxy will not retry it
             headers.append(_FINAL)
         self._commit(Replay(resp.status, headers, data))
@@ -335,6 +332,42 @@ class Turn:
         """No answer to keep: a retry with the same key forwards anew (the same turn)."""
         if self.state is not None:
             self.state.settle(None)
+
+
+class _Fold(Protocol):
+    """A stream on its way to the harness: the bytes to send for each piece that
+    arrives, and once it ended, the answer it adds up to and what is wrong with it."""
+
+    def feed(self, data: bytes) -> bytes: ...
+
+    def result(self) -> Any: ...
+
+    def problem(self) -> str | None: ...
+
+
+class _Passthrough:
+    """An SSE stream passed through untouched, unless the proxy asked for the usage
+    chunk the harness did not: then events are re-framed one by one and it is withheld."""
+
+    def __init__(self, api: str, strip_usage: bool) -> None:
+        self.api = api
+        self.strip_usage = strip_usage
+        self.parser = SSEParser()
+        self.acc = StreamAccumulator(api)
+
+    def feed(self, data: bytes) -> bytes:
+        events = self.parser.feed(data)
+        for event in events:
+            self.acc.feed(event)
+        if self.strip_usage:
+            return b"".join(_frame(e) for e in events if not _usage_only(e))
+        return data
+
+    def result(self) -> Any:
+        return self.acc.result()
+
+    def problem(self) -> str | None:
+        return self.acc.problem or check_response(self.api, self.acc.result())
 
 
 def _usage_only(event: SSEEvent) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 from urllib.parse import unquote
 
@@ -15,6 +15,7 @@ import orjson
 from .._http import Abort, Request, Response
 from ._fake_bedrock_converse import aws_error, converse_body, converse_problem
 from ._fake_bedrock_sigv4 import SignatureError, check_signature
+from ._fake_bedrock_stream import EVENTSTREAM, converse_events
 from ._fake_model import FakeModelServer, Policy, ReplyLike, echo
 from ._fake_model_reply import Fault, Reply
 from ._fake_model_request import FakeRequest
@@ -27,7 +28,7 @@ FAKE_AWS_ACCESS_KEY = "AKIAPROCTORFAKE00001"
 FAKE_AWS_SECRET_KEY = "proctor-fake-secret-key-for-tests-only-0000"
 """The secret access key the fake checks signatures with by default."""
 
-_CONVERSE = re.compile(r"/model/(?P<model>[^/]+)/converse")
+_CONVERSE = re.compile(r"/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream)")
 _JSON = ("content-type", "application/json")
 
 
@@ -38,11 +39,13 @@ class FakeBedrockServer(FakeModelServer):
 
     Serves `POST /model/{modelId}/converse` (Bedrock runtime Converse: validated like
     Bedrock validates, answered from the policy with `toolUse` blocks, usage and stop
-    reasons), `GET /foundation-models` (ListFoundationModels, with input modalities),
-    and, signed the same way, the OpenAI-compatible `/v1/chat/completions` and
-    `/v1/models` of `FakeModelServer` (a SigV4-signed endpoint, `mantle/`). Policies,
-    scripts, `inject`ed faults and `requests` work as on `FakeModelServer`; requests
-    with a refused signature land on `refused` instead.
+    reasons) and `/converse-stream` (the same answer as ConverseStream events in the
+    binary `application/vnd.amazon.eventstream` encoding), `GET /foundation-models`
+    (ListFoundationModels, with input modalities), and, signed the same way, the
+    OpenAI-compatible `/v1/chat/completions` and `/v1/models` of `FakeModelServer` (a
+    SigV4-signed endpoint, `mantle/`). Policies, scripts, `inject`ed faults and
+    `requests` work as on `FakeModelServer`; requests with a refused signature land on
+    `refused` instead.
 
     Usage:
         async with FakeBedrockServer(["hello"]) as fake:
@@ -124,7 +127,8 @@ class FakeBedrockServer(FakeModelServer):
             return await super()._handle(request)
         if request.method != "POST":
             return aws_error(405, "Use POST.")
-        return await self._converse(request, unquote(match["model"]))
+        stream = match["op"] == "converse-stream"
+        return await self._converse(request, unquote(match["model"]), stream)
 
     def _catalog(self) -> dict[str, Any]:
         summaries = [
@@ -144,7 +148,7 @@ class FakeBedrockServer(FakeModelServer):
         ]
         return {"modelSummaries": summaries}
 
-    async def _converse(self, request: Request, model: str) -> Response:
+    async def _converse(self, request: Request, model: str, stream: bool) -> Response:
         serial = f"{self._tag}{next(self._serial):06d}"
         try:
             body = orjson.loads(request.body)
@@ -166,7 +170,7 @@ class FakeBedrockServer(FakeModelServer):
         if problem is not None:
             return aws_error(400, problem)
         if fault is not None and fault.kind != "slow":
-            return self._converse_fault(fake, fault, serial)
+            return self._converse_fault(fake, fault, serial, stream)
         if fault is not None:
             await asyncio.sleep(fault.seconds)
         try:
@@ -176,10 +180,15 @@ class FakeBedrockServer(FakeModelServer):
             return aws_error(400, f"fake model policy: {exc!r}")
         if reply.delay:
             await asyncio.sleep(reply.delay)
-        payload = converse_body(make_turn(fake, reply, serial))
-        return Response(200, [_JSON, ("x-amzn-requestid", serial)], payload)
+        turn = make_turn(fake, reply, serial)
+        if stream:
+            headers = [("content-type", EVENTSTREAM), ("x-amzn-requestid", serial)]
+            return Response(200, headers, _paced(converse_events(turn), turn.chunk_delay))
+        return Response(200, [_JSON, ("x-amzn-requestid", serial)], converse_body(turn))
 
-    def _converse_fault(self, request: FakeRequest, fault: Fault, serial: str) -> Response:
+    def _converse_fault(
+        self, request: FakeRequest, fault: Fault, serial: str, stream: bool
+    ) -> Response:
         if fault.kind == "status":  # an `x-amzn-errortype` header names the AWS type
             kinds = [v for k, v in fault.headers if k.lower() == "x-amzn-errortype"]
             headers = tuple((k, v) for k, v in fault.headers if k.lower() != "x-amzn-errortype")
@@ -191,7 +200,23 @@ class FakeBedrockServer(FakeModelServer):
             raise Abort
         missing = fault.kind == "missing_tool_calls"
         reply = Reply(finish_reason="tool_calls") if missing else echo(request)
-        payload = converse_body(make_turn(request, reply, serial), missing_calls=missing)
+        turn = make_turn(request, reply, serial)
+        if stream:
+            payload = b"".join(converse_events(turn, missing_calls=missing))
+            kind = ("content-type", EVENTSTREAM)
+        else:
+            payload, kind = converse_body(turn, missing_calls=missing), _JSON
         if fault.kind in ("reset", "malformed_json"):  # the body cut short
-            return Response(200, [_JSON], payload[: len(payload) // 2])
-        return Response(200, [_JSON], payload)
+            return Response(200, [kind], payload[: len(payload) // 2])
+        return Response(200, [kind], payload)
+
+
+async def _paced(events: list[bytes], delay: float) -> AsyncIterator[bytes]:
+    """The events as one write, or one at a time `delay` seconds apart."""
+    if not delay:
+        yield b"".join(events)
+        return
+    for i, event in enumerate(events):
+        if i:
+            await asyncio.sleep(delay)
+        yield event

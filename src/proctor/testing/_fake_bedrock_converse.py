@@ -11,10 +11,15 @@ import orjson
 from .._http import Response
 from ._fake_model_turn import Turn
 
-__all__ = ["aws_error", "converse_body", "converse_problem"]
+__all__ = ["STOP_REASONS", "aws_error", "converse_body", "converse_problem", "converse_usage"]
 
-_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
-_STOP["content_filter"] = "content_filtered"
+STOP_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filtered",
+}
+"""Chat finish reasons as Converse stop reasons."""
 _MAGIC = {
     "png": (b"\x89PNG\r\n\x1a\n",),
     "jpeg": (b"\xff\xd8\xff",),
@@ -137,6 +142,18 @@ def converse_body(turn: Turn, *, missing_calls: bool = False) -> bytes:
             content.append(
                 {"toolUse": {"toolUseId": call.call_id, "name": call.name, "input": arguments}}
             )
+    stop = "tool_use" if missing_calls else STOP_REASONS.get(turn.finish, turn.finish)
+    body = {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": stop,
+        "usage": converse_usage(turn),
+        "metrics": {"latencyMs": 1},
+    }
+    return orjson.dumps(body)
+
+
+def converse_usage(turn: Turn) -> dict[str, int]:
+    """Converse's usage: `inputTokens` without the cache reads and writes."""
     fresh = max(0, turn.input_tokens - turn.cached_tokens - turn.cache_write_tokens)
     usage = {
         "inputTokens": fresh,
@@ -147,11 +164,4 @@ def converse_body(turn: Turn, *, missing_calls: bool = False) -> bytes:
         usage["cacheReadInputTokens"] = turn.cached_tokens
     if turn.cache_write_tokens:
         usage["cacheWriteInputTokens"] = turn.cache_write_tokens
-    stop = "tool_use" if missing_calls else _STOP.get(turn.finish, turn.finish)
-    body = {
-        "output": {"message": {"role": "assistant", "content": content}},
-        "stopReason": stop,
-        "usage": usage,
-        "metrics": {"latencyMs": 1},
-    }
-    return orjson.dumps(body)
+    return usage
