@@ -24,8 +24,12 @@ from .._http import (
     SSEParser,
     format_sse,
 )
-from ..models._bedrock_chat import chat_to_converse, converse_error, converse_to_chat
-from ..models._bedrock_stream import ConverseStreamFold
+from ..models._bedrock_chat import (
+    ConverseStreamFold,
+    chat_to_converse,
+    converse_error,
+    converse_to_chat,
+)
 from ..models._pricing import cost
 from ..models._retry import Retrier, classify_status, retry_after_from
 from ..models._types import Usage
