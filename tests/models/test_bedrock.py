@@ -292,3 +292,42 @@ async def test_bedrock_error_types_follow_the_retry_contract(
     assert "ModelNotReadyException" in (response.attempts[0].error or "")
     sizes = [len(r.body) for r in fake.requests]
     assert sizes[3] <= sizes[2] // 2  # one rewrite to at most half the refused body
+
+
+def test_a_signature_is_bound_to_its_body_and_its_time() -> None:
+    """A captured signed request cannot be replayed with another body, nor minutes later."""
+    import datetime
+
+    from botocore.credentials import Credentials  # type: ignore[import-untyped, unused-ignore]
+
+    from proctor._http import Headers, Request
+    from proctor.models import AwsSigner
+    from proctor.testing._fake_bedrock import FAKE_AWS_ACCESS_KEY, FAKE_AWS_SECRET_KEY
+    from proctor.testing._fake_bedrock_sigv4 import SignatureError, check_signature
+
+    signer = AwsSigner(
+        "bedrock", "us-east-1", Credentials(FAKE_AWS_ACCESS_KEY, FAKE_AWS_SECRET_KEY)
+    )
+    url = "http://127.0.0.1:9/model/m/converse"
+    body = b'{"messages": []}'
+    headers = signer.sign("POST", url, [("content-type", "application/json")], body)
+    fields = Headers([*headers, ("host", "127.0.0.1:9")])
+
+    def check(payload: bytes, minutes: float = 0) -> None:
+        now = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=minutes)
+        check_signature(
+            Request("POST", "/model/m/converse", fields, payload),
+            access_key=FAKE_AWS_ACCESS_KEY,
+            secret_key=FAKE_AWS_SECRET_KEY,
+            region="us-east-1",
+            service="bedrock",
+            now=now,
+        )
+
+    check(body)
+    with pytest.raises(SignatureError, match="does not match") as tampered:
+        check(b'{"messages": [1]}')
+    assert tampered.value.kind == "InvalidSignatureException"
+    with pytest.raises(SignatureError, match="Signature expired"):
+        check(body, minutes=6)
+    assert FAKE_AWS_SECRET_KEY not in repr(signer)
