@@ -19,6 +19,7 @@ from .._errors import ModelError, RemoteError, RetriesExhausted
 from ..env import DesktopClient, Frame
 from ..env._computer_actions import validate_actions
 from ..models import ContextPolicy, ImagePart, TextPart, ToolSpec, drop_frames
+from ._computer_checkpoint import checkpoint, restore
 from ._computer_native import (
     ANTHROPIC_BETA,
     NATIVE_NAME,
@@ -125,6 +126,9 @@ class ComputerAgent:
         frame: frame options (`format`, `quality`, `scale`) for `DesktopClient`.
         frames_dir: where frames are kept, in a folder per trace id; None: a temporary
             folder removed when the rollout ends.
+        keep_frames: keep the `frames_dir` folder when the rollout ends (False: remove
+            it then; a runner killed mid-rollout leaves it, so a resumed rollout
+            continues with its frames).
         params: provider parameters for every call (`temperature`, `max_tokens`, ...).
         native: use the provider's native computer-use tool instead of `computer_action`.
     """
@@ -145,6 +149,7 @@ class ComputerAgent:
         context: ContextPolicy | None = None,
         frame: Mapping[str, Any] | None = None,
         frames_dir: str | Path | None = None,
+        keep_frames: bool = True,
         params: Mapping[str, Any] | None = None,
         native: bool = False,
     ) -> None:
@@ -160,6 +165,7 @@ class ComputerAgent:
         self.context = context if context is not None else ContextPolicy(max_frames=3)
         self.frame = dict(frame or {})
         self.frames_dir = Path(frames_dir) if frames_dir is not None else None
+        self.keep_frames = keep_frames
         self.params = dict(params or {})
         self.native = native
         self.tool = action_tool(done=done, strict=strict)
@@ -185,6 +191,8 @@ class ComputerAgent:
         if self.frames_dir is not None:
             folder = self.frames_dir / run.trace_id
             folder.mkdir(parents=True, exist_ok=True)
+            if not self.keep_frames:
+                stack.callback(shutil.rmtree, folder, ignore_errors=True)
             return folder
         folder = Path(tempfile.mkdtemp(prefix="proctor-frames-"))
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
@@ -247,11 +255,13 @@ class _Rollout:
         elif self.agent.native:
             kind = "browser" if info.get("kind") == "browser" else "linux"
             self.tool = ToolSpec(NATIVE_NAME, native=openai_tool(*self.size, kind))
-        messages = await self._opening()
-        step = 0
+        step, messages, pending = await self._start()
+        if pending:
+            messages += await self._interrupted(pending)
         while True:
             step += 1
             messages = self._compact(messages)
+            self._save(messages, step - 1, in_flight=True)
             try:
                 response = await self._turn(messages, step)
             except ModelError as exc:
@@ -268,10 +278,53 @@ class _Rollout:
             messages.append(response.message)
             if not response.tool_calls:  # native only: the answer
                 return self._end("answer", step, response.content)
+            self._save(messages, step, pending=response.tool_calls)
             results, finished = await self._answer(response.tool_calls)
             messages += results
             if finished is not None:
                 return self._end(finished, step, response.content)
+
+    async def _start(self) -> tuple[int, list[dict[str, Any]], list[ToolCall]]:
+        """Turns done, the history and the calls to answer: fresh, or from the run's
+        checkpoint (`run.restored`), its frames read from the frames folder."""
+        if not self.run.restored:
+            return 0, await self._opening(), []
+        turns, messages, stats, pending = restore(self.run.restored, self.folder)
+        for name in ("actions", "batches", "invalid_batches", "invalid_streak"):
+            setattr(self.stats, name, int(stats.get(name, 0)))
+        self.stats.frames = set(stats.get("digests") or ())
+        return turns, messages, pending
+
+    async def _interrupted(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
+        """Answer the calls a restart left unanswered with the screen as it is now: their
+        actions may have run in part, so they are not run again (nor counted)."""
+        frame = self._image(await self.desktop.screenshot())
+        note = "Interrupted by a restart while this ran: it may have run in part. The screen now:"
+        content = [_dict(note), _dict(frame)]
+        results = []
+        for call in calls:
+            self.run.trace.add("tool_result", content, id=call.id, name=call.name)
+            results.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        return results
+
+    def _save(
+        self,
+        messages: list[dict[str, Any]],
+        turns: int,
+        *,
+        in_flight: bool = False,
+        pending: list[ToolCall] | None = None,
+    ) -> None:
+        stats = {**self.stats.to_dict(), "digests": sorted(self.stats.frames)}
+        state = checkpoint(
+            messages,
+            self.folder,
+            turns=turns,
+            stats=stats,
+            in_flight=in_flight,
+            pending=pending or (),
+        )
+        self.run.save_checkpoint(state)
 
     async def _opening(self) -> list[dict[str, Any]]:
         run, agent = self.run, self.agent

@@ -72,7 +72,7 @@ class Setup:
         agents, models = {}, {}
         for entry, name in zip(config.agents, config.agent_names(), strict=True):
             if entry.enabled:
-                agents[name] = _agent(config, entry)
+                agents[name] = _agent(config, entry, out)
                 models[name] = entry.model
         budget = SharedBudget(config.cost_cap, spent)
         limits = config.limits.to_limits()
@@ -174,7 +174,7 @@ def _load_environment(config: BatchConfig, names: set[str]) -> None:
         raise _problem("taskset.env_source", f"{type(exc).__name__}: {exc}") from exc
 
 
-def _agent(config: BatchConfig, entry: Any) -> Any:
+def _agent(config: BatchConfig, entry: Any, out: str) -> Any:
     if isinstance(entry, ToolAgentEntry):
         from ..agents import ToolAgent
 
@@ -186,7 +186,7 @@ def _agent(config: BatchConfig, entry: Any) -> Any:
             params=entry.params,
         )
     if isinstance(entry, ComputerAgentEntry):
-        return _computer_agent(entry)
+        return _computer_agent(entry, out)
     if isinstance(entry, CommandAgentEntry):
         from ..agents import CommandAgent
 
@@ -209,11 +209,15 @@ def _agent(config: BatchConfig, entry: Any) -> Any:
         raise _problem("agents", f"{entry.agent}: {exc}") from exc
 
 
-def _computer_agent(entry: ComputerAgentEntry) -> Any:
+def _computer_agent(entry: ComputerAgentEntry, out: str) -> Any:
+    """`ComputerAgent` as the entry says, its frames in `OUT/computer-frames/<trace id>/`
+    while its rollout runs (so a resumed rollout continues with them)."""
     from ..agents import ComputerAgent
     from ..models import ContextPolicy
 
-    prompt = {} if entry.system_prompt is None else {"system_prompt": entry.system_prompt}
+    prompt: dict[str, Any] = {}
+    if entry.system_prompt is not None:
+        prompt["system_prompt"] = entry.system_prompt
     return ComputerAgent(
         entry.model,
         capability=entry.capability,
@@ -223,6 +227,8 @@ def _computer_agent(entry: ComputerAgentEntry) -> Any:
         strict=entry.strict,
         context=ContextPolicy(max_frames=entry.max_frames),
         frame=entry.frame.model_dump(),
+        frames_dir=os.path.join(out, "computer-frames"),
+        keep_frames=False,
         params=entry.params,
         native=entry.native,
         **prompt,
