@@ -112,6 +112,11 @@ class ComputerAgent:
     The task gives a reference image as `reference_image` in its first yield: a
     `data:` URL, or `{"media_type": "image/png", "data": <base64>}`.
 
+    Before and after every model turn the history goes to `run.save_checkpoint`, each
+    frame by its file name in the frames folder; a run with `restored` set continues
+    from it, reading its frames back from that folder, and answers a batch a restart
+    interrupted with the current screen (it is not run again).
+
     Args:
         model: a `ModelClient`, or a model string (a client is made per run).
         capability: the capability to drive (default: the run's first `computer`
