@@ -11,7 +11,7 @@ import pytest
 from proctor import RuntimeLaunchError, Task, Taskset
 from proctor.agents import Run
 from proctor.engine import run_taskset
-from proctor.engine._ray_executor import RayExecutor, _settled, _TrackedRun
+from proctor.engine._ray_executor import RayExecutor, _settled
 from proctor.proxy import InterceptionProxy
 from proctor.runtimes._ray import RayRuntime, placement
 from proctor.testing import conformance_env
@@ -124,32 +124,6 @@ async def test_the_proxy_stays_local() -> None:
 async def test_an_empty_job_needs_no_cluster() -> None:
     job = await run_taskset([], noop, executor=RayExecutor(address="127.0.0.1:9"))
     assert job.runs == []
-
-
-def test_a_tracked_run_reports_each_phase_before_entering_it() -> None:
-    seen: list[tuple[str, str]] = []  # (reported, the run's phase meanwhile)
-
-    def report(phase: str) -> None:
-        seen.append((phase, run.phase))
-        if phase == "grading":
-            raise ConnectionError("the GCS is gone")
-
-    run = _TrackedRun(ROW, report, job_id="j", group_id="g", trace_id="t")
-    run.phase = "agent"
-    with pytest.raises(ConnectionError):
-        run.phase = "grading"
-    assert seen == [("agent", "provisioning"), ("grading", "agent")]  # the first goes unsaid
-    assert run.phase == "agent"  # a change that could not be reported is not made
-
-
-def test_a_tracked_run_pickles_plain() -> None:
-    run = _TrackedRun(ROW, lambda _: None, job_id="j", group_id="g", trace_id="t")
-    run.phase = "agent"
-    run.trace.content = "hi"
-    copy = pickle.loads(pickle.dumps(run))
-    assert type(copy) is Run
-    assert (copy.phase, copy.job_id, copy.group_id, copy.trace_id) == ("agent", "j", "g", "t")
-    assert copy.task == ROW and copy.answer == "hi"
 
 
 async def test_phases_are_reported_once_they_last() -> None:

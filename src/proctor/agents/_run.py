@@ -58,13 +58,14 @@ class Run:
     When the task tracks a workspace, `workspace` is its `WorkspaceDiff` (what the agent
     created, modified and deleted there), taken off the grade.
 
-    Whoever records the run (a batch) may set `on_phase` (called on every phase change)
-    and `on_checkpoint` (given the agent's `save_checkpoint` states); an agent that
+    `phase` is where the rollout is: provisioning, connecting, starting, agent, grading,
+    verifying, teardown (its driver moves it and tells the observers a batch or an
+    executor registered; see `engine.execute_run`). Whoever records the run may set
+    `on_checkpoint` (given the agent's `save_checkpoint` states); an agent that
     supports continuing reads `restored`, the last checkpoint, when it is set.
     """
 
     __slots__ = (
-        "_phase",
         "actor_grade",
         "advantage",
         "client",
@@ -79,7 +80,7 @@ class Run:
         "launch_errors",
         "metrics",
         "on_checkpoint",
-        "on_phase",
+        "phase",
         "prompt",
         "proxy_session",
         "restored",
@@ -110,10 +111,9 @@ class Run:
         self.grade: Grade | None = None
         self.status: RunStatus = "pending"
         self.error: RunError | None = None
-        self.on_phase: Callable[[Run], None] | None = None
         self.on_checkpoint: Callable[[dict[str, Any]], None] | None = None
         self.restored: dict[str, Any] | None = None
-        self._phase = "provisioning"
+        self.phase = "provisioning"
         self.launch_attempts = 1
         self.launch_errors: list[RunError] = []
         self.client: EnvClient | None = None
@@ -132,17 +132,6 @@ class Run:
     def __repr__(self) -> str:
         outcome = f"reward={self.reward}" if self.error is None else f"error={self.error.phase}"
         return f"<Run {self.slug} {self.status} {outcome}>"
-
-    @property
-    def phase(self) -> str:
-        """provisioning, connecting, starting, agent, grading, verifying, teardown."""
-        return self._phase
-
-    @phase.setter
-    def phase(self, value: str) -> None:
-        self._phase = value
-        if self.on_phase is not None:
-            self.on_phase(self)
 
     @property
     def slug(self) -> str:

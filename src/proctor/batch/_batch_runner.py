@@ -266,6 +266,7 @@ class Runner:
                     judge=setup.judge,
                     launch_retries=0 if adopt is not None else self.config.launch_retries,
                     adopt=adopt,
+                    observers=(recording,),
                 )
             except asyncio.CancelledError:
                 _log_printed(rec, printed)

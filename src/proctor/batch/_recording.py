@@ -62,16 +62,16 @@ class Recording:
         self.base_cost = 0.0
         self.turns: dict[int, tuple[dict[str, Any], float]] = {}
         self.context = _Context()
-        run.on_phase = self._phase
         run.on_checkpoint = rec.save_checkpoint
 
-    def _phase(self, run: Run) -> None:
-        self.rec.update(write=False, phase=run.phase)
-        state = state_of(run.phase)
+    def phase_changed(self, run: Run, phase: str) -> None:
+        """The rollout's driver moves it to `phase` (a `RolloutObserver`)."""
+        self.rec.update(write=False, phase=phase)
+        state = state_of(phase)
         if state != self.state:
             self.tally.move(self.state, state)
             self.state = state
-        if run.phase == "agent":
+        if phase == "agent":
             self._entered_agent(run)
 
     def _entered_agent(self, run: Run) -> None:

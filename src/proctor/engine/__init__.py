@@ -2,6 +2,7 @@
 
 from .._public import publish
 from ._drive import Adoption, default_runtime, execute_run, rollout
+from ._events import RolloutObserver
 from ._groups import apply_group_rewards
 from ._job import Job
 from ._pool import for_each, run_taskset
@@ -14,6 +15,7 @@ __all__ = [
     "Job",
     "Planned",
     "RayExecutor",
+    "RolloutObserver",
     "RunSpec",
     "Timeouts",
     "apply_group_rewards",

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..proxy import InterceptionProxy, ModelLimits
     from ..records import Task
     from ..runtimes import RuntimeLike
+    from ._events import RolloutObserver
 
 __all__ = ["Adoption", "default_runtime", "execute_run", "rollout"]
 
@@ -124,9 +125,10 @@ async def execute_run(
     launch_retries: int = 0,
     adopt: Adoption | None = None,
     judge: InterceptionProxy | None = None,
+    observers: Sequence[RolloutObserver] = (),
 ) -> Run:
-    """`rollout()` on a `Run` the caller made (a batch records it; a distributed
-    executor watches its phase).
+    """`rollout()` on a `Run` the caller made, its events told to `observers` (a batch
+    records it; a distributed executor reports its phase).
 
     A launch that fails before the agent starts (provisioning, connecting, or
     `tasks.start` failing for any reason but the task's own error) is retried on a
@@ -136,17 +138,18 @@ async def execute_run(
     """
     deadlines = Timeouts.of(timeout).for_row(run.task.runtime_config)
     runtime = runtime if runtime is not None else default_runtime()
+    phases = _Phases(run, observers)
     stack = AsyncExitStack()
     try:
         try:
             async with _scope(deadlines.rollout, run):
-                stack, died = await _launch(run, runtime, deadlines, launch_retries, adopt)
-                await _act(run, agent, deadlines, stack, proxy, limits, died)
-                await _grade(run, deadlines, stack, judge, runtime)
+                stack, died = await _launch(phases, runtime, deadlines, launch_retries, adopt)
+                await _act(phases, agent, deadlines, stack, proxy, limits, died)
+                await _grade(phases, deadlines, stack, judge, runtime)
         except BaseException:
             await _abandon(run, stack, deadlines.teardown)
             raise
-        run.phase = "teardown"
+        phases.enter("teardown")
         async with _scope(deadlines.teardown, run):
             await stack.aclose()
     except asyncio.CancelledError as exc:
@@ -163,12 +166,28 @@ async def execute_run(
     return run
 
 
+class _Phases:
+    """Moves a run from phase to phase, telling its observers first."""
+
+    __slots__ = ("observers", "run")
+
+    def __init__(self, run: Run, observers: Sequence[RolloutObserver]) -> None:
+        self.run = run
+        self.observers = observers
+
+    def enter(self, phase: str) -> None:
+        for observer in self.observers:
+            observer.phase_changed(self.run, phase)
+        self.run.phase = phase
+
+
 async def _launch(
-    run: Run, runtime: RuntimeLike, limits: Timeouts, retries: int, adopt: Adoption | None
+    phases: _Phases, runtime: RuntimeLike, limits: Timeouts, retries: int, adopt: Adoption | None
 ) -> tuple[AsyncExitStack, asyncio.Future[str] | None]:
     """Bring up a substrate, connect and start the task; on a launch failure, tear it
     down and try a fresh one, at most `retries` more times. Returns the live stack and
     the substrate's `Endpoint.died`."""
+    run = phases.run
     if retries < 0:
         raise ValueError("launch_retries must be >= 0")
     for attempt in range(1, retries + 2):
@@ -176,9 +195,9 @@ async def _launch(
         stack = AsyncExitStack()
         try:
             if adopt is not None:
-                await _adopt(run, adopt, limits, stack)
+                await _adopt(phases, adopt, limits, stack)
                 return stack, None
-            return stack, await _provision(run, runtime, limits, stack)
+            return stack, await _provision(phases, runtime, limits, stack)
         except Exception as exc:
             if attempt > retries or adopt is not None or not _relaunchable(run, exc):
                 await _abandon(run, stack, limits.teardown)
@@ -189,7 +208,7 @@ async def _launch(
             log.debug("launch %d of %s failed in %s: %r", attempt, run.slug, phase, exc)
             await _abandon(run, stack, limits.teardown)
             run.client = None
-            run.phase = "provisioning"
+            phases.enter("provisioning")
         except BaseException:
             await _abandon(run, stack, limits.teardown)
             run.client = None
@@ -206,27 +225,29 @@ def _relaunchable(run: Run, exc: Exception) -> bool:
 
 
 async def _provision(
-    run: Run, runtime: RuntimeLike, limits: Timeouts, stack: AsyncExitStack
+    phases: _Phases, runtime: RuntimeLike, limits: Timeouts, stack: AsyncExitStack
 ) -> asyncio.Future[str] | None:
-    run.phase = "provisioning"
+    run = phases.run
+    phases.enter("provisioning")
     endpoint = await stack.enter_async_context(runtime(run.task))
-    run.phase = "connecting"
+    phases.enter("connecting")
     # The phase deadline names "connecting" when it fires; connect() also stops by
     # itself after ready_timeout, with a ConnectTimeout saying what it last saw.
     async with _scope(limits.connect, run):
         run.client = await stack.enter_async_context(
             connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
         )
-    run.phase = "starting"
+    phases.enter("starting")
     async with _scope(limits.start, run):
         await run.start()
     return endpoint.died
 
 
-async def _adopt(run: Run, adopt: Adoption, limits: Timeouts, stack: AsyncExitStack) -> None:
+async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: AsyncExitStack) -> None:
+    run = phases.run
     if adopt.release is not None:
         stack.push_async_callback(adopt.release)
-    run.phase = "connecting"
+    phases.enter("connecting")
     async with _scope(limits.connect, run):
         run.client = await stack.enter_async_context(
             connect(
@@ -243,7 +264,7 @@ async def _adopt(run: Run, adopt: Adoption, limits: Timeouts, stack: AsyncExitSt
 
 
 async def _act(
-    run: Run,
+    phases: _Phases,
     agent: Agent,
     limits: Timeouts,
     stack: AsyncExitStack,
@@ -252,11 +273,12 @@ async def _act(
     died: asyncio.Future[str] | None,
 ) -> None:
     """The agent phase, with its proxy session if any, cut short if the substrate dies."""
+    run = phases.run
     if proxy is not None:  # opened first, so whoever hears the phase sees it
         trace = None if getattr(agent, "records_turns", False) else run.trace
         run.proxy_session = session = proxy.open_session(run.trace_id, limits=budgets, trace=trace)
         stack.callback(session.close)
-    run.phase = "agent"
+    phases.enter("agent")
     try:
         async with SubstrateWatch(run, died), _scope(limits.agent, run):
             await agent(run)
@@ -282,19 +304,20 @@ def _stopped(run: Run, exc: Exception) -> bool:
 
 
 async def _grade(
-    run: Run,
+    phases: _Phases,
     limits: Timeouts,
     stack: AsyncExitStack,
     judge: InterceptionProxy | None,
     runtime: RuntimeLike,
 ) -> None:
     """Grading, then the verifier's if the task names one; a judge session open for both."""
-    run.phase = "grading"
+    run = phases.run
+    phases.enter("grading")
     with _judging(run, judge):
         async with _scope(limits.grade, run):
             await run.submit()
         if run.task.verifier is not None:
-            await _verify(run, run.task.verifier, limits, stack, runtime)
+            await _verify(phases, run.task.verifier, limits, stack, runtime)
 
 
 @contextlib.contextmanager
@@ -319,11 +342,12 @@ def _judging(run: Run, judge: InterceptionProxy | None) -> Iterator[None]:
 
 
 async def _verify(
-    run: Run, verifier: Task, limits: Timeouts, stack: AsyncExitStack, runtime: RuntimeLike
+    phases: _Phases, verifier: Task, limits: Timeouts, stack: AsyncExitStack, runtime: RuntimeLike
 ) -> None:
     """Grade the actor's grade with the task's verifier (HUD's verifier phase): on the
     actor's connection when it names the same environment and no runtime of its own."""
-    run.phase = "verifying"
+    run = phases.run
+    phases.enter("verifying")
     client = run.client
     if client is None or verifier.env != run.task.env or verifier.runtime_config is not None:
         endpoint = await stack.enter_async_context(runtime(verifier))

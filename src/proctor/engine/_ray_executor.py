@@ -14,7 +14,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from .._errors import RolloutError, RuntimeLaunchError, WorkerLost
 from ..agents import Run
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
     from ..agents import Agent
-    from ..records import Task
     from ..runtimes import RuntimeLike
 
 __all__ = ["RayExecutor", "WorkerLost"]
@@ -305,42 +304,16 @@ def _failed(
 # -- inside the shard actor ----------------------------------------------------------------
 
 
-class _TrackedRun(Run):
-    """A `Run` that reports each phase change before making it; pickles as a plain `Run`.
+class _Reporter:
+    """Reports each phase of a shard's rollout before the run enters it (an observer)."""
 
-    The first phase, set as the run is made, is not reported: the driver assumes it.
-    """
+    __slots__ = ("notify",)
 
-    __slots__ = ("_notify",)
+    def __init__(self, notify: Callable[[str], None]) -> None:
+        self.notify = notify
 
-    def __init__(self, task: Task, notify: Callable[[str], None], **ids: str) -> None:
-        self._notify: Callable[[str], None] = lambda _: None
-        super().__init__(task, **ids)
-        self._notify = notify
-
-    @property
-    def phase(self) -> str:
-        return cast(str, _PHASE.__get__(self))
-
-    @phase.setter
-    def phase(self, value: str) -> None:
-        self._notify(value)  # if reporting fails, the run fails in the phase it was in
-        _PHASE.__set__(self, value)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        state = {name: getattr(self, name) for name in Run.__slots__ if hasattr(self, name)}
-        state.update(on_phase=None, on_checkpoint=None)  # hooks of this process only
-        return _plain_run, (state,)
-
-
-_PHASE = Run.__dict__["phase"]  # the slot itself, under _TrackedRun's property
-
-
-def _plain_run(state: dict[str, Any]) -> Run:
-    run = Run.__new__(Run)
-    for name, value in state.items():
-        setattr(run, name, value)
-    return run
+    def phase_changed(self, run: Run, phase: str) -> None:
+        self.notify(phase)  # if reporting fails, the run fails in the phase it was in
 
 
 class _ShardActor:
@@ -370,11 +343,10 @@ class _ShardActor:
         phases: asyncio.Queue[str | None] = asyncio.Queue()
         book = self.book
         notify = phases.put_nowait if book is None else functools.partial(book.write, trace_id)
-        ids = {"job_id": job_id, "group_id": planned.group_id, "trace_id": trace_id}
-        run = _TrackedRun(planned.task, notify, **ids)
-        agent = self.agents[planned.agent]
+        run = Run(planned.task, job_id=job_id, group_id=planned.group_id, trace_id=trace_id)
+        agent, observers = self.agents[planned.agent], (_Reporter(notify),)
         work = asyncio.create_task(
-            execute_run(run, agent, runtime=self.runtime, timeout=self.timeout)
+            execute_run(run, agent, runtime=self.runtime, timeout=self.timeout, observers=observers)
         )
         self.running.add(work)
         work.add_done_callback(lambda _: phases.put_nowait(None))
