@@ -303,7 +303,7 @@ def test_a_signature_is_bound_to_its_body_and_its_time() -> None:
     from proctor._http import Headers, Request
     from proctor.models import AwsSigner
     from proctor.testing._fake_bedrock import FAKE_AWS_ACCESS_KEY, FAKE_AWS_SECRET_KEY
-    from proctor.testing._fake_bedrock_sigv4 import SignatureError, check_signature
+    from proctor.testing._fake_bedrock_sigv4 import _SignatureError, check_signature
 
     signer = AwsSigner(
         "bedrock", "us-east-1", Credentials(FAKE_AWS_ACCESS_KEY, FAKE_AWS_SECRET_KEY)
@@ -325,9 +325,9 @@ def test_a_signature_is_bound_to_its_body_and_its_time() -> None:
         )
 
     check(body)
-    with pytest.raises(SignatureError, match="does not match") as tampered:
+    with pytest.raises(_SignatureError, match="does not match") as tampered:
         check(b'{"messages": [1]}')
     assert tampered.value.kind == "InvalidSignatureException"
-    with pytest.raises(SignatureError, match="Signature expired"):
+    with pytest.raises(_SignatureError, match="Signature expired"):
         check(body, minutes=6)
     assert FAKE_AWS_SECRET_KEY not in repr(signer)

@@ -14,7 +14,7 @@ import orjson
 
 from .._http import Abort, Request, Response
 from ._fake_bedrock_converse import aws_error, converse_body, converse_problem
-from ._fake_bedrock_sigv4 import SignatureError, check_signature
+from ._fake_bedrock_sigv4 import Refusal, _SignatureError, check_signature
 from ._fake_bedrock_stream import EVENTSTREAM, converse_events
 from ._fake_model import FakeModelServer, Policy, ReplyLike, echo
 from ._fake_model_reply import Fault, Reply
@@ -83,7 +83,7 @@ class FakeBedrockServer(FakeModelServer):
         self.service = service
         self.access_key = access_key
         self._secret = secret_key
-        self.refused: list[SignatureError] = []
+        self.refused: list[Refusal] = []
 
     async def __aenter__(self) -> FakeBedrockServer:
         await self.start()
@@ -115,8 +115,8 @@ class FakeBedrockServer(FakeModelServer):
                 region=self.region,
                 service=self.service,
             )
-        except SignatureError as exc:
-            self.refused.append(exc)
+        except _SignatureError as exc:
+            self.refused.append(Refusal(exc.kind, str(exc)))
             return aws_error(403, str(exc), exc.kind)
         if request.path == "/foundation-models":
             if request.method != "GET":

@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime
 import hmac
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._http import Request
 
-__all__ = ["SignatureError", "check_signature"]
+__all__ = ["Refusal", "check_signature"]
 
 _AUTH = re.compile(
     r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/"
@@ -25,7 +25,14 @@ _AUTH = re.compile(
 _SKEW = datetime.timedelta(minutes=5)
 
 
-class SignatureError(Exception):
+class Refusal(NamedTuple):
+    """A request the fake refused: the AWS error type and its message."""
+
+    kind: str
+    message: str
+
+
+class _SignatureError(Exception):
     """A refused signature: `kind` is the AWS error type."""
 
     def __init__(self, kind: str, message: str) -> None:
@@ -45,7 +52,7 @@ def check_signature(
     """Return when the request is signed with these credentials for this scope.
 
     Raises:
-        SignatureError: missing, unknown, stale or wrong.
+        _SignatureError: missing, unknown, stale or wrong.
     """
     from botocore.auth import SigV4Auth  # type: ignore[import-untyped, unused-ignore]
     from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped, unused-ignore]
@@ -54,23 +61,23 @@ def check_signature(
     header = request.headers.get("authorization") or ""
     match = _AUTH.fullmatch(header.strip())
     if match is None:
-        raise SignatureError("MissingAuthenticationTokenException", "Missing Authentication Token")
+        raise _SignatureError("MissingAuthenticationTokenException", "Missing Authentication Token")
     if match["key"] != access_key:
-        raise SignatureError(
+        raise _SignatureError(
             "UnrecognizedClientException", "The security token included in the request is invalid."
         )
     stamp = request.headers.get("x-amz-date") or ""
     try:
         when = datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.UTC)
     except ValueError:
-        raise SignatureError("IncompleteSignatureException", "X-Amz-Date is missing.") from None
+        raise _SignatureError("IncompleteSignatureException", "X-Amz-Date is missing.") from None
     now = now or datetime.datetime.now(datetime.UTC)
     if abs(now - when) > _SKEW:
-        raise SignatureError(
+        raise _SignatureError(
             "InvalidSignatureException", f"Signature expired: {stamp} is now earlier or later."
         )
     if (match["date"], match["region"], match["service"]) != (stamp[:8], region, service):
-        raise SignatureError(
+        raise _SignatureError(
             "InvalidSignatureException",
             f"Credential should be scoped to a valid region and service ('{region}', '{service}').",
         )
@@ -79,7 +86,7 @@ def check_signature(
     for name in names:
         value = request.headers.get(name)
         if value is None:
-            raise SignatureError(
+            raise _SignatureError(
                 "InvalidSignatureException", f"Signed header {name!r} is not in the request."
             )
         headers[name] = value
@@ -95,7 +102,7 @@ def check_signature(
     canonical = auth.canonical_request(signed)
     expected = auth.signature(auth.string_to_sign(signed, canonical), signed)
     if not hmac.compare_digest(expected, match["signature"]):
-        raise SignatureError(
+        raise _SignatureError(
             "InvalidSignatureException",
             "The request signature we calculated does not match the signature you "
             "provided. Check your AWS Secret Access Key and signing method.",
