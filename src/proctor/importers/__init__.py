@@ -14,12 +14,13 @@ runtime) for `Taskset.from_file` and `proctor run`. Heavy dependencies load lazi
 """
 
 from .._public import publish
+from ._detect import detect, harbor_source
 from ._harbor import harbor_tasks
 from ._harbor_runtime import HarborRuntime
 from ._inspect_source import inspect_source
 from ._openenv import openenv_environment, openenv_source
 from ._openenv_session import OpenEnvServer, OpenEnvSession
-from ._source import Source, detect, harbor_source
+from ._source import Source
 from ._verifiers_source import verifiers_source
 
 __all__ = [

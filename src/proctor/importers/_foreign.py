@@ -26,10 +26,10 @@ from .._environ import allowed_environ
 from ..records import Task
 from ..runtimes import TOKEN_ENV
 from ._shared_child import SharedChildRuntime
+from ._source import Source
 
 if TYPE_CHECKING:
     from ..env import Environment
-    from ._source import Source
 
 __all__ = ["Foreign", "child_main"]
 
@@ -106,8 +106,6 @@ class Foreign:
                 install one).
             ValueError: the target cannot be loaded there (its error is in the message).
         """
-        from ._source import Source
-
         interpreter = self.python(python, near=target)
         rows = self._rows(interpreter, [target, *argv])
         command = [interpreter, "-m", self.module, "serve", target, *argv]

@@ -23,15 +23,13 @@ import secrets
 import sys
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..env import Environment
 from ..records import Task
 from ._folder_files import read_text
 from ._openenv_session import Aggregate, Episodes, OpenEnvServer, OpenEnvSession
-
-if TYPE_CHECKING:
-    from ._source import Source
+from ._source import Source
 
 __all__ = ["openenv_environment", "openenv_source"]
 
@@ -111,8 +109,6 @@ def openenv_source(path: str | os.PathLike[str], *, aggregate: Aggregate = "sum"
             or the manifest is not a regular file inside
             the folder (a symlink out of it, a FIFO, ...).
     """
-    from ._source import Source
-
     folder = Path(path).resolve()
     manifest = _manifest(folder / "openenv.yaml", folder)
     named = manifest.get("app")
