@@ -153,6 +153,7 @@ async def test_a_resumed_computer_rollout_continues_with_its_frames(tmp_path: Pa
 
     env = {**os.environ, "FORM_TOKEN": TOKEN}
     server, url = await _serve_form(env)
+    started = [server]
     out = tmp_path / "out"
     try:
         async with FakeModelServer(policy, models=("gpt-4.1",)) as fake:
@@ -170,6 +171,7 @@ async def test_a_resumed_computer_rollout_continues_with_its_frames(tmp_path: Pa
                 stdout=asyncio.subprocess.DEVNULL,
                 env=env,
             )
+            started.append(runner)
             await _until(lambda: _pending_checkpoint(out))
             runner.kill()  # SIGKILL while the batch of the first turn runs
             await runner.wait()
@@ -182,11 +184,15 @@ async def test_a_resumed_computer_rollout_continues_with_its_frames(tmp_path: Pa
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
             )
+            started.append(resume)
             _, stderr = await asyncio.wait_for(resume.communicate(), 180)
             assert resume.returncode == 0, stderr.decode()
     finally:
         server.terminate()
-        await server.wait()
+        for proc in started:  # a runner too, if the test failed before it ended
+            if proc.returncode is None and proc is not server:
+                proc.kill()
+            await proc.wait()
     (row,) = list_rollouts(out)
     assert row["status"] == "completed" and row["reward"] == 1.0, row
     assert before == 1 and len(fake.requests) == 2  # no model turn sent twice
