@@ -17,6 +17,7 @@ from ._common import CLIError, read_token, split_source
 from ._run_agent import agent_label, build_agent, judge_proxy
 from ._run_sources import (
     CHILDREN,
+    Where,
     check_source,
     imported_source,
     is_remote,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from ..engine import Timeouts
     from ..env import Environment
     from ..proxy import InterceptionProxy
-    from ..runtimes import RuntimeLike
     from ..tasks import Taskset
 
 __all__ = ["DEFAULT_RUNS_DIR", "RunPlan", "plan_run"]
@@ -48,16 +48,11 @@ class RunPlan:
     model: str | None
     proxy: InterceptionProxy | None
     judge: InterceptionProxy | None  # the proxy graders.judge rewards call
-    runtime: str
-    served: Environment | None  # the environment a local runtime serves
-    imported: RuntimeLike | None  # the runtime a foreign task source needs (Harbor)
-    env_source: str
-    env_name: str | None
+    where: Where
     group: int
     max_concurrent: int | None
     timeouts: Timeouts
     ready_timeout: float
-    token: str | None
     output: str | None
     record: str | None  # the output directory to create, None with --no-record
     batch_id: str  # `<taskset>-<UTC stamp>-<4 hex>`, the default record's folder name
@@ -106,16 +101,11 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         args.model,
         proxy,
         judge_proxy(args.judge_model),
-        runtime,
-        served,
-        own_runtime,
-        env_source,
-        env_name,
+        Where(runtime, env_source, env_name, read_token(args.token_env), served, own_runtime),
         group=args.group,
         max_concurrent=max_concurrent,
         timeouts=Timeouts(rollout=args.timeout) if args.timeout else Timeouts.bounded(),
         ready_timeout=args.ready_timeout,
-        token=read_token(args.token_env),
         output=args.output,
         record=_record_dir(args, batch_id),
         batch_id=batch_id,

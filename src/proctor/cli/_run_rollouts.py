@@ -16,11 +16,12 @@ from ._run_sources import open_runtime
 
 if TYPE_CHECKING:
     from ..agents import Run
-    from ..batch import Assignment, BatchStore
+    from ..batch import Assignment
     from ..batch._tally import Tally
     from ..engine import Job
     from ..records import Task
     from ..runtimes import RuntimeLike
+    from ..store import BatchStore
     from ._run_plan import RunPlan
 
 __all__ = ["Ended", "execute_plan"]
@@ -69,16 +70,7 @@ async def _rollouts(plan: RunPlan, writer: _Writer | None, ended: Ended) -> tupl
     slots = _slots(plan)
     tally = Tally(len(slots))
     async with contextlib.AsyncExitStack() as stack:
-        runtime = await stack.enter_async_context(
-            open_runtime(
-                plan.runtime,
-                plan.env_source,
-                plan.env_name,
-                served=plan.served,
-                token=plan.token,
-                imported=plan.imported,
-            )
-        )
+        runtime = await stack.enter_async_context(open_runtime(plan.where))
         for proxy in (plan.proxy, plan.judge):
             if proxy is not None:
                 await stack.enter_async_context(proxy)
@@ -125,8 +117,8 @@ def _open_store(
     """The record's output directory, made new (`BatchStore.create`), closed at exit."""
     if plan.record is None:
         return None
-    from ..batch import BatchStore
     from ..batch._setup import redactor
+    from ..store import BatchStore
 
     store = BatchStore.create(plan.record, _meta(plan), redact=redactor(_secrets(plan)))
     stack.callback(store.close)
@@ -150,8 +142,8 @@ def _meta(plan: RunPlan) -> dict[str, Any]:
         "command": {
             "kind": "proctor run",
             "source": plan.source,
-            "env_source": plan.env_source,
-            "runtime": plan.runtime,
+            "env_source": plan.where.env_source,
+            "runtime": plan.where.runtime,
             "agent": plan.agent_label,
             "model": plan.model,
             "group": plan.group,
@@ -161,7 +153,7 @@ def _meta(plan: RunPlan) -> dict[str, Any]:
         "versions": {
             "proctor": __version__,
             "python": platform.python_version(),
-            "environment": {"name": plan.env_name, "version": None},
+            "environment": {"name": plan.where.env_name, "version": None},
         },
         "pricing": _pricing(plan.model),
         "runner": _runner(),
@@ -185,8 +177,8 @@ def _secrets(plan: RunPlan) -> list[bytes]:
     from ..batch._setup import _SECRET_NAME
 
     values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k)}
-    if plan.token:
-        values.add(plan.token)
+    if plan.where.token:
+        values.add(plan.where.token)
     return sorted((v.encode() for v in values if len(v) >= 8), key=len, reverse=True)
 
 
@@ -203,31 +195,26 @@ class _Context:
 async def _drain(
     plan: RunPlan, slots: list[_Slot], ctx: _Context, runs: list[Run | None], writer: _Writer | None
 ) -> None:
-    """Run every slot, at most `max_concurrent` at a time; each lands in `runs`."""
-    import asyncio
-
+    """Run every slot on the engine's pool, at most `max_concurrent` at a time; each
+    lands in `runs`."""
     from ..batch._groups import GroupRewards, group_sizes
+    from ..engine import for_each
 
-    cursor = iter(slots)
     groups = None
     if plan.group >= 2:  # each group's rewards and advantages once all of it ended
         groups = GroupRewards(ctx.store, group_sizes(slot.group_id for slot in slots))
 
-    async def worker() -> None:
-        for slot in cursor:
-            run = await _one(plan, slot, ctx)
-            runs[slot.index] = run
-            ended = [run]
-            if groups is not None:
-                ended = [r for _, r in await groups.ended(slot.group_id, slot.assignment, run)]
-            if writer is not None:
-                for r in ended:
-                    writer(r)
+    async def one(slot: _Slot) -> None:
+        run = runs[slot.index] = await _one(plan, slot, ctx)
+        ended = [run]
+        if groups is not None:
+            ended = [r for _, r in await groups.ended(slot.group_id, slot.assignment, run)]
+        if writer is not None:
+            for r in ended:
+                writer(r)
 
     try:
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(min(plan.max_concurrent or len(slots), len(slots))):
-                tg.create_task(worker())
+        await for_each(slots, one, max_concurrent=plan.max_concurrent)
     finally:  # an interrupted run still writes the runs of groups that never ended
         if groups is not None and writer is not None:
             for _, run in groups.unfinished():
@@ -259,6 +246,7 @@ async def _one(plan: RunPlan, slot: _Slot, ctx: _Context) -> Run:
             timeout=plan.timeouts,
             proxy=plan.proxy,
             judge=plan.judge,
+            observers=(track,),
         )
     except asyncio.CancelledError:
         track.finish("interrupted")
@@ -268,6 +256,8 @@ async def _one(plan: RunPlan, slot: _Slot, ctx: _Context) -> Run:
 
 
 class _Tracker(Protocol):
+    def phase_changed(self, run: Run, phase: str) -> None: ...
+
     def finish(self, status: str) -> str: ...
 
 
@@ -278,12 +268,11 @@ class _Counted:
         self.run = run
         self.tally = tally
         self.state = "starting"
-        run.on_phase = self._phase
 
-    def _phase(self, run: Run) -> None:
+    def phase_changed(self, run: Run, phase: str) -> None:
         from ..batch._recording import state_of
 
-        state = state_of(run.phase)
+        state = state_of(phase)
         if state != self.state:
             self.tally.move(self.state, state)
             self.state = state

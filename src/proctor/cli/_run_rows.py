@@ -26,14 +26,15 @@ async def check_rows(plan: RunPlan) -> None:
     Raises:
         CLIError: a bad row (without `--allow-invalid`), or no environment to ask.
     """
-    if plan.imported is not None and plan.served is None:
+    where = plan.where
+    if where.imported is not None and where.served is None:
         return  # an importer's rows, for the environment it serves on its own runtime
     rows = [t.model_dump(mode="json", exclude_none=True) for t in plan.taskset]
-    if plan.served is not None:
+    if where.served is not None:
         from ..batch._plan_probe import _row_problem
 
-        problems = {r["slug"]: p for r in rows if (p := _row_problem(plan.served, r))}
-    elif is_remote(plan.runtime):
+        problems = {r["slug"]: p for r in rows if (p := _row_problem(where.served, r))}
+    elif is_remote(where.runtime):
         problems = await _server_problems(plan, rows)
     else:
         problems = await _probe_problems(plan)
@@ -53,7 +54,8 @@ async def _server_problems(plan: RunPlan, rows: list[dict[str, Any]]) -> dict[st
     from ..batch._plan_env import _schema_problem
     from ..channel import connect
 
-    async with connect(plan.runtime, ready_timeout=plan.ready_timeout, token=plan.token) as c:
+    where = plan.where
+    async with connect(where.runtime, ready_timeout=plan.ready_timeout, token=where.token) as c:
         listed = await c.list_tasks()
         assert c.manifest is not None
         env = c.manifest.env_name
@@ -69,7 +71,7 @@ async def _probe_problems(plan: RunPlan) -> dict[str, str]:
     try:
         answer = await _run_probe(request, Path.cwd())
     except _ProbeFailed as exc:
-        raise CLIError(f"{plan.env_source}: {exc}") from None
+        raise CLIError(f"{plan.where.env_source}: {exc}") from None
     env = answer.get("environment") or {}
     if env.get("error"):
         raise CLIError(env["error"])
@@ -80,7 +82,7 @@ async def _probe_problems(plan: RunPlan) -> dict[str, str]:
 def _probe_request(plan: RunPlan) -> dict[str, Any]:
     return {
         "taskset": os.path.abspath(plan.source),
-        "env_source": os.path.abspath(plan.env_source),
-        "env": plan.env_name,
+        "env_source": os.path.abspath(plan.where.env_source),
+        "env": plan.where.env_name,
         "agents": [],
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHILDREN",
+    "Where",
     "check_source",
     "imported_source",
     "is_remote",
@@ -29,6 +31,18 @@ __all__ = [
 
 CHILDREN = ("subprocess", "warm", "sandbox", "sandbox-warm")
 """The `--runtime` values that serve each rollout from a child process of the source."""
+
+
+@dataclass(slots=True)
+class Where:
+    """Where a command's environments run: a `--runtime` value and what it serves."""
+
+    runtime: str
+    env_source: str
+    env_name: str | None
+    token: str | None = None
+    served: Environment | None = None  # the environment a local runtime serves
+    imported: RuntimeLike | None = None  # the runtime a foreign task source brings (Harbor)
 
 
 def parse_runtime(text: str) -> str:
@@ -94,18 +108,13 @@ def check_source(runtime: str, env_source: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_runtime(
-    runtime: str,
-    env_source: str,
-    env_name: str | None,
-    *,
-    served: Environment | None = None,
-    token: str | None = None,
-    imported: RuntimeLike | None = None,
-) -> AsyncIterator[RuntimeLike]:
-    """The runtime a `--runtime` value names (or the one a foreign task source needs,
-    `imported`; `served` for a local one), up for as long as the block runs."""
+async def open_runtime(where: Where) -> AsyncIterator[RuntimeLike]:
+    """The runtime `where` names (the one a foreign task source brings, if any), up for
+    as long as the block runs."""
     from ..runtimes import LocalRuntime, SubprocessRuntime, UrlRuntime
+
+    runtime, env_source, env_name = where.runtime, where.env_source, where.env_name
+    imported, served = where.imported, where.served
 
     if imported is not None:
         if isinstance(imported, contextlib.AbstractAsyncContextManager):
@@ -131,7 +140,7 @@ async def open_runtime(
         async with sandbox:
             yield sandbox
     else:
-        yield UrlRuntime(runtime, token=token)  # the rows were checked on it already
+        yield UrlRuntime(runtime, token=where.token)  # the rows were checked on it already
 
 
 def row_places(source: str, taskset: Taskset) -> dict[str, str]:

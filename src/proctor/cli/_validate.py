@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import sys
@@ -15,8 +14,8 @@ from ._common import CLIError, print_json, read_token, run_async, split_source
 
 if TYPE_CHECKING:
     from ..engine import Timeouts
-    from ..env import Environment
     from ..tasks import Taskset, ValidationReport
+    from ._run_sources import Where
 
 __all__ = ["cmd_validate"]
 
@@ -34,7 +33,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print_error(str(exc))
         return 2
     try:
-        taskset = load_taskset(setup.source, setup.imported, args.limit)
+        taskset = load_taskset(setup.source, setup.foreign, args.limit)
     except TasksetError as exc:
         report = ValidationReport(setup.source, args.oracle, [], error=str(exc))
         return _report(args, report, {})
@@ -47,14 +46,10 @@ class _Setup:
     """Where the environments run, checked as `proctor run` checks them."""
 
     source: str
-    runtime: str
-    env_source: str
-    env_name: str | None
-    token: str | None
+    where: Where
     timeouts: Timeouts
     max_concurrent: int | None
-    served: Environment | None = None
-    imported: Any = None  # a foreign task source (`proctor.importers.detect`)
+    foreign: Any = None  # a foreign task source (`proctor.importers.detect`)
 
 
 def _setup(args: argparse.Namespace) -> _Setup:
@@ -64,7 +59,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
         CLIError: a usage error.
     """
     from ..engine import Timeouts
-    from ._run_sources import CHILDREN, check_source, imported_source, parse_runtime
+    from ._run_sources import CHILDREN, Where, check_source, imported_source, parse_runtime
 
     source, env_name = split_source(args.source, args.env)
     if not os.path.lexists(source):
@@ -78,20 +73,13 @@ def _setup(args: argparse.Namespace) -> _Setup:
     max_concurrent = args.max_concurrent
     if max_concurrent is None and (runtime in CHILDREN or imported is not None):
         max_concurrent = 2 * (os.cpu_count() or 1)
-    setup = _Setup(
-        source,
-        runtime,
-        env_source,
-        env_name,
-        read_token(args.token_env),
-        dataclasses.replace(timeouts, connect=args.ready_timeout),
-        max_concurrent,
-    )
+    where = Where(runtime, env_source, env_name, read_token(args.token_env))
     if imported is not None:
-        setup.imported = imported
+        where.imported = imported.runtime
         if not isinstance(imported.environment, str):
-            setup.served = imported.environment
-    return setup
+            where.served = imported.environment
+    deadlines = dataclasses.replace(timeouts, connect=args.ready_timeout)
+    return _Setup(source, where, deadlines, max_concurrent, imported)
 
 
 async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -> ValidationReport:
@@ -99,25 +87,15 @@ async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -
     from ..tasks import validate
     from ._run_sources import is_remote, open_runtime
 
+    where = setup.where
     envs = sorted({task.env for task in taskset})
-    if setup.env_name is None and len(envs) == 1 and not is_remote(setup.runtime):
-        setup.env_name = envs[0]  # picks the rows' environment when the source has several
-    if setup.runtime == "local" and setup.imported is None:
+    if where.env_name is None and len(envs) == 1 and not is_remote(where.runtime):
+        where.env_name = envs[0]  # picks the rows' environment when the source has several
+    if where.runtime == "local" and setup.foreign is None:
         from ..runtimes import find_environment
 
-        setup.served = find_environment(setup.env_source, setup.env_name)
-    own = None if setup.imported is None else setup.imported.runtime
-    async with contextlib.AsyncExitStack() as stack:
-        runtime = await stack.enter_async_context(
-            open_runtime(
-                setup.runtime,
-                setup.env_source,
-                setup.env_name,
-                served=setup.served,
-                token=setup.token,
-                imported=own,
-            )
-        )
+        where.served = find_environment(where.env_source, where.env_name)
+    async with open_runtime(where) as runtime:
         return await validate(
             taskset,
             runtime=runtime,
