@@ -11,7 +11,15 @@ import pytest
 
 from _support.aws import isolated_aws
 from proctor._errors import ModelError, ModelRequestError
-from proctor.models import ImagePart, RetryPolicy, ToolSpec, aws_client, parse_model, price_of
+from proctor.models import (
+    ImagePart,
+    RetryPolicy,
+    ToolSpec,
+    aws_client,
+    model_client,
+    parse_model,
+    price_of,
+)
 from proctor.testing import FakeBedrockServer, FakeClock, Fault, Reply
 
 MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -331,3 +339,17 @@ def test_a_signature_is_bound_to_its_body_and_its_time() -> None:
     with pytest.raises(_SignatureError, match="Signature expired"):
         check(body, minutes=6)
     assert FAKE_AWS_SECRET_KEY not in repr(signer)
+
+
+async def test_model_client_routes_a_bedrock_string_to_converse(
+    fake: FakeBedrockServer, aws_env: Callable[[FakeBedrockServer], None]
+) -> None:
+    """`model_client("bedrock/...")` was an OpenAI Chat client with no base URL, whose
+    calls failed as transport errors after ten retries."""
+    aws_env(fake)
+    _script(fake, Reply("signed", input_tokens=5, output_tokens=1))
+    async with model_client(fake.model_string()) as client:
+        response = await client.complete([{"role": "user", "content": "hi"}], max_tokens=8)
+    assert response.content == "signed"
+    (request,) = fake.requests
+    assert request.path.endswith("/converse")

@@ -12,10 +12,11 @@ modules that the interception proxy shares.
 
 from .._public import publish
 from ._bedrock import aws_client
-from ._client import REQUEST_CEILINGS, ProviderAdapter, model_client
+from ._client import REQUEST_CEILINGS, ProviderAdapter
 from ._clock import Clock
 from ._content import IMAGE_TYPES, OMITTED, ImagePart, TextPart, content_parts
 from ._context import CHECKPOINT, ContextPolicy, compact, drop_frames
+from ._factory import model_client
 from ._names import Api, ModelSpec, parse_model
 from ._pricing import Price, cost, price_of, pricing_date
 from ._profiles import ModelProfile, load_profiles, model_profile, model_profiles, register_profile
