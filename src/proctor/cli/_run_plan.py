@@ -115,7 +115,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
 
 def _check_groups(taskset: Taskset, group: int) -> None:
     """Refuse `--group 1` for rows whose environment has group rewards."""
-    from ..engine._groups import check_group_rewards
+    from ..engine import check_group_rewards
 
     try:
         check_group_rewards(taskset, group)

@@ -3,7 +3,7 @@
 from .._public import publish
 from ._drive import Adoption, default_runtime, execute_run, rollout
 from ._events import RolloutObserver
-from ._groups import apply_group_rewards
+from ._groups import apply_group_rewards, check_group_rewards
 from ._job import Job
 from ._pool import for_each, run_taskset
 from ._ray_executor import RayExecutor
@@ -19,6 +19,7 @@ __all__ = [
     "RunSpec",
     "Timeouts",
     "apply_group_rewards",
+    "check_group_rewards",
     "default_runtime",
     "execute_run",
     "for_each",
