@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict
 
+from .._loop import run_async
 from ._plan import Plan
 
 __all__ = ["BatchResult", "Interrupts", "received_signal", "run_main"]
@@ -113,10 +114,4 @@ def run_main(coro: Any) -> BatchResult:
             )
         return result
 
-    try:
-        import uvloop
-
-        runner: Any = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    return runner(main())  # type: ignore[no-any-return]
+    return run_async(main(), fast=True)

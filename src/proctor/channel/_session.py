@@ -16,8 +16,7 @@ from typing import Any, Protocol
 
 from .._errors import ParseError, TaskError
 from .._usererror import format_traceback, redact
-from ..env._environment import Environment
-from ..env._runner import TaskRunner
+from ..env import Environment, TaskRunner
 from ._framing import decode
 from ._messages import (
     INTERRUPTED,

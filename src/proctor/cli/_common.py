@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from .._errors import CLIError, Terminated
+from .._loop import run_async
 
 __all__ = [
     "CLIError",
@@ -20,8 +21,6 @@ __all__ = [
     "split_source",
     "table",
 ]
-
-T = TypeVar("T")
 
 
 def split_source(source: str, env_name: str | None) -> tuple[str, str | None]:
@@ -74,56 +73,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: set[i
         ]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
-
-
-def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = False) -> T:
-    """Run `coro` on a fresh event loop; `fast` picks uvloop when it is installed.
-
-    `asyncio.Runner(loop_factory=...)` is the 3.11 way to choose a loop without the
-    event-loop-policy API (deprecated from 3.12 on). Ctrl-C cancels `coro` and raises
-    `KeyboardInterrupt` (the Runner's doing); SIGTERM cancels it the same way and
-    raises `Terminated`, so child processes and environments are stopped either way.
-
-    Raises:
-        Terminated: SIGTERM cancelled the work.
-    """
-    import asyncio
-    import signal
-
-    factory = None
-    if fast and not os.environ.get("PROCTOR_NO_UVLOOP"):
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            factory = uvloop.new_event_loop
-    terminated = False
-
-    async def guarded() -> T:
-        nonlocal terminated
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-
-        def on_sigterm() -> None:
-            nonlocal terminated
-            terminated = True
-            task.cancel()
-
-        try:
-            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals
-            return await coro
-        try:
-            return await coro
-        finally:
-            loop.remove_signal_handler(signal.SIGTERM)
-
-    with asyncio.Runner(loop_factory=factory) as runner:
-        try:
-            return runner.run(guarded())
-        except asyncio.CancelledError:
-            if terminated:
-                raise Terminated("terminated") from None
-            raise

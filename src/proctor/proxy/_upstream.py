@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from ..models import AwsSigner, aws_signer
-from ..models._names import Api, ModelSpec, parse_model
+from ..models import Api, AwsSigner, ModelSpec, aws_signer, parse_model
 
 __all__ = ["Upstream"]
 

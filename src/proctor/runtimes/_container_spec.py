@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["DEFAULT_ULIMITS", "SOCKET", "SOCKET_DIR", "ContainerSpec", "Engine"]
 
