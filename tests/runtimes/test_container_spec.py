@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from typing import Any
 
 import pytest
 
 from proctor import Task
 from proctor.runtimes import ContainerRuntime, ContainerSpec
+from proctor.runtimes._container import Engine
 
 TASK = Task(env="probe", id="echo", runtime_config={"resources": {"memory": "256m"}})
-ENGINE = "podman" if shutil.which("podman") else "docker"
+ENGINE: Engine = "podman" if shutil.which("podman") else "docker"
 
 
 def test_keywords_and_a_spec_make_the_same_runtime() -> None:
-    fields = {"network": "bridge", "port": 9000, "resources": {"cpus": 1}, "batch": "b1"}
+    fields: dict[str, Any] = {
+        "network": "bridge",
+        "port": 9000,
+        "resources": {"cpus": 1},
+        "batch": "b1",
+    }
     by_keyword = ContainerRuntime("img", "env.py", engine=ENGINE, **fields)
     spec = ContainerSpec(image="img", source="env.py", engine=ENGINE, **fields)
     whole = ContainerRuntime(spec)
