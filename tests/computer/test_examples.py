@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-_RECORD_AND_CHECK = ("--no-record", "--strict", "--output")
+_CHECKED = ("-v", "--no-record", "--strict", "--output")  # -v: tracebacks
 
 
 def _run(tmp_path: Path, source: str, *flags: str) -> list[dict[str, Any]]:
     """`proctor run SOURCE FLAGS`: every rollout's JSON line, after a clean exit."""
     out = tmp_path / "runs.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "proctor.cli", "run", source, *flags, *_RECORD_AND_CHECK, str(out)],
+        [sys.executable, "-m", "proctor.cli", "run", source, *flags, *_CHECKED, str(out)],
         capture_output=True,
         text=True,
         timeout=240,
