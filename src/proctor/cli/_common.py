@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import CLIError, Terminated
-from .._loop import run_async
 
 __all__ = [
     "CLIError",
@@ -21,6 +20,16 @@ __all__ = [
     "split_source",
     "table",
 ]
+
+T = TypeVar("T")
+
+
+def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = False) -> T:
+    """`proctor._loop.run_async`, imported on the first call: building the parser (and
+    `--help`) never loads asyncio."""
+    from .._loop import run_async as run
+
+    return run(coro, fast=fast)
 
 
 def split_source(source: str, env_name: str | None) -> tuple[str, str | None]:
