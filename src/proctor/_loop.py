@@ -51,7 +51,7 @@ def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = False) -> T:
 
         try:
             loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals
+        except (NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
             return await coro
         try:
             return await coro

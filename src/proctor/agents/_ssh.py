@@ -17,10 +17,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .._urls import host_port, unix_path
-from ..env._shell import ShellResult
+from ..env import ShellResult
 
 if TYPE_CHECKING:
-    from ..env._types import Capability
+    from ..env import Capability
 
 __all__ = ["SshShell"]
 

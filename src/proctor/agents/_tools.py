@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import orjson
 
 from .._urls import unix_path
-from ..env._shell import ShellClient, ShellResult
+from ..env import ShellClient, ShellResult
 from ..models import IMAGE_TYPES, ImagePart, TextPart, ToolSpec, content_parts
 from ._ssh import SshShell
 
 if TYPE_CHECKING:
     from ..agents._run import Run
-    from ..env._types import Capability
+    from ..env import Capability
 
 __all__ = [
     "Tool",

@@ -27,7 +27,7 @@ from .._peer import loopback_peer_uid
 from .._resource import AsyncResource
 from .._tempdirs import owned_tempdir
 from .._urls import unix_path, with_unix_path
-from ..env._types import Capability
+from ..env import Capability
 from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
 from ._memory import StreamProtocol
 from ._messages import INTERRUPTED, request_frame

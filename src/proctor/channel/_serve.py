@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from .._errors import TeardownError
 from .._usererror import debugging, print_error, user_message
-from ..env._environment import Environment
+from ..env import Environment
 from ._server import DEFAULT_PARK_TTL, EnvServer
 
 __all__ = ["main", "run_server", "serve"]

@@ -22,8 +22,7 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any
 
-from ..env._environment import Environment
-from ..env._runner import TaskRunner
+from ..env import Environment, TaskRunner
 from ._framing import MAX_FRAME, FrameTooLarge, LineBuffer, ParseError, decode
 from ._memory import MemoryTransport, StreamProtocol, memory_pair
 from ._messages import (

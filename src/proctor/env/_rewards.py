@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from .._errors import TemplateError
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
     from ._workspace import Workspace
 
 __all__ = [

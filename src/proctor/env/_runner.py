@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from .._errors import TaskError
-from ..records._records import Grade
+from ..records import Grade
 from ._compose import compose, with_metrics
 from ._rewards import Context, Scorer
 from ._template import Template

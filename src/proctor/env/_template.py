@@ -15,7 +15,7 @@ from ._types import Answer
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["Template", "TemplateFn"]
 
@@ -80,7 +80,7 @@ class Template(Scoring):
 
     def __call__(self, **args: Any) -> Task:
         """Mint a `Task` row with these args (names checked, values coerced at start)."""
-        from ..records._task import Task
+        from ..records import Task
 
         self._check_names(args, TemplateError)
         return Task(env=self.env_name, id=self.id, args=args)

@@ -20,8 +20,7 @@ import orjson
 from .._errors import HttpError
 from .._http import HttpClient, HttpLimits, HttpServer, Request, Response, Share
 from .._resource import AsyncResource
-from ..models._clock import Clock
-from ..models._names import ModelSpec
+from ..models import Clock, ModelSpec
 from ..models._retry import Retrier, RetryPolicy
 from ._quotas import NO_HOLD, Hold, SessionQuotas
 from ._session import WAIT, ModelLimits, ProxySession, SharedBudget, _KeyState
@@ -29,7 +28,7 @@ from ._turn import Turn, down_headers, error_response
 from ._upstream import Upstream
 
 if TYPE_CHECKING:
-    from ..records._records import Trace
+    from ..records import Trace
 
 __all__ = ["InterceptionProxy", "Upstream"]
 

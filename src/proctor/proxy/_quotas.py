@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..models._pricing import cost
-from ..models._types import Usage
+from ..models import Usage, cost
 
 __all__ = ["Hold", "SessionQuotas"]
 

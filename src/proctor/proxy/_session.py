@@ -16,7 +16,7 @@ from ._quotas import NO_HOLD, Hold, SessionQuotas
 
 if TYPE_CHECKING:
     from ..models import Usage
-    from ..records._records import Trace
+    from ..records import Trace
 
 __all__ = ["WAIT", "ModelLimits", "ProxySession", "Replay", "SharedBudget"]
 
@@ -26,7 +26,7 @@ WAIT = "wait"  # `try_admit`: no room for the turn until one in flight ends
 _SHARE_FROM = 1024 * 1024
 
 if TYPE_CHECKING:
-    from ..records._records import Step
+    from ..records import Step
 
 
 @dataclass(frozen=True, slots=True)

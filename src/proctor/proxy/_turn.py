@@ -24,15 +24,14 @@ from .._http import (
     SSEParser,
     format_sse,
 )
+from ..models import Usage, cost
 from ..models._bedrock_chat import (
     ConverseStreamFold,
     chat_to_converse,
     converse_error,
     converse_to_chat,
 )
-from ..models._pricing import cost
 from ..models._retry import Retrier, classify_status, retry_after_from
-from ..models._types import Usage
 from ..models._wire import StreamAccumulator, check_response, parse_response, usage_from
 from ._quotas import Hold
 from ._session import ProxySession, Replay, _KeyState

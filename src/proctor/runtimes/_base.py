@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from ..channel._server import EnvServer
-    from ..records._task import Task
+    from ..channel import EnvServer
+    from ..records import Task
 
 __all__ = ["Endpoint", "Runtime", "RuntimeLike", "UrlRuntime", "exit_cause"]
 

@@ -24,7 +24,7 @@ from ._container_spec import NAME, SOCKET, SOCKET_DIR, ContainerSpec, Engine
 from ._process import MARK, REAP, Tail, check_teardown, killpg, parse_report
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["SOCKET", "ContainerRuntime", "ContainerSpec", "Engine", "resolve_engine"]
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._errors import RuntimeLaunchError, SourceError
 from .._loader import find_environment
-from ..channel._server import DEFAULT_PARK_TTL, EnvServer
-from ..env._environment import Environment
+from ..channel import DEFAULT_PARK_TTL, EnvServer
+from ..env import Environment
 from ._base import Endpoint, Runtime
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["EnvSource", "LocalRuntime", "find_environment"]
 

@@ -29,7 +29,7 @@ from ._subprocess import TOKEN_ENV, SubprocessRuntime
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["RayRuntime", "actor_namespace", "connect_ray", "placement"]
 

@@ -100,7 +100,7 @@ from ._sandbox_limits import DEFAULT_LIMITS
 from ._sandbox_limits import _Limits as _Limits  # batch config checks its limits with it
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["SandboxRuntime"]
 

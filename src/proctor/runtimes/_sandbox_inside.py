@@ -32,7 +32,7 @@ from ._isolate import mounts_under as _binds_under
 from ._sandbox_host import _ENTRY, _READY, CONTROL_DIR, WORKDIR, Network
 
 if TYPE_CHECKING:
-    from ..env._environment import Environment
+    from ..env import Environment
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000

@@ -24,7 +24,7 @@ from ._process import LAST_WORDS, Child, check_teardown
 from ._warm import Forked, request
 
 if TYPE_CHECKING:
-    from ..records._task import Task
+    from ..records import Task
 
 __all__ = ["SubprocessRuntime"]
 

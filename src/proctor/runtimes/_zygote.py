@@ -39,7 +39,7 @@ from ._isolate import isolate_rollout, seal_rollout
 from ._local import find_environment
 
 if TYPE_CHECKING:
-    from ..env._environment import Environment
+    from ..env import Environment
 
 READY = b"READY"
 

@@ -18,8 +18,7 @@ from urllib.parse import parse_qs, unquote
 import orjson
 
 from .._errors import CorruptIndexError, StoreError
-from .._http import Request, Response, format_sse
-from .._http._headers import HeaderSource, as_pairs
+from .._http import HeaderSource, Request, Response, as_pairs, format_sse
 from ._access import COOKIE, Access, retry_after
 from ._agents import agent_comparison, agent_names, agent_sections
 from ._data import (
