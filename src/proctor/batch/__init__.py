@@ -9,7 +9,9 @@ their home is `proctor.store` (listed in its `__all__`, not this one's), which r
 output directory without loading the runner.
 
 Run a batch with `execute(config, output_dir)` (plan first; a new directory only when
-every check passes) and continue one with `resume(output_dir)`.
+every check passes) and continue one with `resume(output_dir)`. Agents that are Python
+objects rather than config entries (`proctor run`'s) record into the same layout through
+`RecordedRollouts`.
 
 Compare two agents with `compare` (the statistics: `paired_comparison`, `verdict`,
 `flakiness`, `pass_at_k`; docs/batch-report.md).
@@ -24,7 +26,9 @@ from ._config_runtime import build_runtime
 from ._execute import BatchResult, aexecute, aresume, execute, resume
 from ._plan import Check, Plan, aplan, plan
 from ._reconcile import reconcile, reconcile_sync
+from ._recorded import RecordedRollouts
 from ._report import render_report, report
+from ._row_problems import row_problems
 from ._stats import advantage_summary, flakiness, paired_comparison, pass_at_k, verdict
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "Check",
     "ConfigProblem",
     "Plan",
+    "RecordedRollouts",
     "advantage_summary",
     "aexecute",
     "agents_of",
@@ -55,6 +60,7 @@ __all__ = [
     "report",
     "resume",
     "rollout_id",
+    "row_problems",
     "scored",
     "verdict",
 ]

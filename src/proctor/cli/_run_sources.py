@@ -26,7 +26,6 @@ __all__ = [
     "load_taskset",
     "open_runtime",
     "parse_runtime",
-    "row_places",
 ]
 
 CHILDREN = ("subprocess", "warm", "sandbox", "sandbox-warm")
@@ -141,21 +140,3 @@ async def open_runtime(where: Where) -> AsyncIterator[RuntimeLike]:
             yield sandbox
     else:
         yield UrlRuntime(runtime, token=where.token)  # the rows were checked on it already
-
-
-def row_places(source: str, taskset: Taskset) -> dict[str, str]:
-    """`file:line` of each row (by slug) for JSON sources, else `file row N (slug)`."""
-    from ..tasks._taskset import _row_lines
-
-    path = Path(source)
-    slugs = [t.slug for t in taskset]
-    lines: list[int] | None = None
-    if path.suffix == ".jsonl":
-        raw = path.read_bytes().split(b"\n")
-        lines = [n for n, line in enumerate(raw, 1) if line.strip()]
-    elif path.suffix == ".json":
-        with contextlib.suppress(Exception):
-            lines = _row_lines(path.read_text())
-    if lines is not None and len(lines) == len(slugs):
-        return {slug: f"{source}:{line}" for slug, line in zip(slugs, lines, strict=True)}
-    return {slug: f"{source} row {i} ({slug})" for i, slug in enumerate(slugs, 1)}

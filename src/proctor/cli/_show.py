@@ -202,6 +202,6 @@ def _grade(grade: dict[str, Any]) -> str:
 
 def _text(value: Any) -> str:
     """Text as it is; content parts joined; anything else as indented JSON."""
-    from ..view._transcript import as_text
+    from ..view import as_text
 
     return "(none)" if value is None else as_text(value)

@@ -107,7 +107,7 @@ async def _validate(args: argparse.Namespace, setup: _Setup, taskset: Taskset) -
 
 def _places(source: str, taskset: Taskset) -> dict[str, str]:
     """Each row's `file:line (slug)`, or `file row N (slug)`."""
-    from ._run_sources import row_places
+    from ..tasks import row_places
 
     places = row_places(source, taskset)
     return {s: p if p.endswith(f"({s})") else f"{p} ({s})" for s, p in places.items()}

@@ -8,7 +8,8 @@ Every page is a Jinja2 template with autoescape on; charts are SVG drawn on the 
 
 from .._public import publish
 from ._server import ViewServer, serve_view
+from ._transcript import as_text
 
-__all__ = ["ViewServer", "serve_view"]
+__all__ = ["ViewServer", "as_text", "serve_view"]
 
 publish(globals(), __all__, __name__)
