@@ -18,9 +18,8 @@ from typing import Protocol, cast
 
 from .._errors import Abort
 from .._reads import BufferedReads
-from ._headers import HeaderSource, as_pairs
 from ._limits import HttpLimits
-from ._message import Handler, Request, Response, Screen, Share, error_response, status_line
+from ._message import Handler, Request, Response, Screen, Share, error_response
 from ._parse import (
     ChunkedDecoder,
     LengthReader,
@@ -28,8 +27,9 @@ from ._parse import (
     Reader,
     RequestHead,
     encode_chunk,
-    encode_head,
     parse_request_head,
+    response_head,
+    split_framing,
 )
 
 __all__ = ["Connection", "ConnectionHost"]
@@ -37,7 +37,6 @@ __all__ = ["Connection", "ConnectionHost"]
 log = logging.getLogger("proctor.http")
 
 _LINGER = 2.0  # seconds a refused connection keeps draining input so the error is read
-_FRAMING = frozenset(("content-length", "transfer-encoding", "connection"))
 _BODYLESS = frozenset((204, 304))
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
@@ -375,8 +374,8 @@ class Connection(BufferedReads):
         self._unshare()
         self._account()
         transport = self._transport_()
-        fields, _, _ = _split_framing(response.headers, True)
-        transport.write(_head(response.status, fields, True, len(body), False, head) + body)
+        fields, _, _ = split_framing(response.headers, True)
+        transport.write(response_head(response.status, fields, True, len(body), False, head) + body)
         if self._read_paused:
             transport.resume_reading()
         if transport.can_write_eof():
@@ -442,10 +441,10 @@ class Connection(BufferedReads):
 
     def _write_whole(self, response: Response, body: bytes, close: bool, head: RequestHead) -> bool:
         """Write a response with a bytes body in one go; whether to keep the connection."""
-        fields, close, _ = _split_framing(response.headers, close)
+        fields, close, _ = split_framing(response.headers, close)
         status = response.status
         bodyless = status < 200 or status in _BODYLESS
-        data = _head(status, fields, close, None if bodyless else len(body), False, head)
+        data = response_head(status, fields, close, None if bodyless else len(body), False, head)
         if body and not bodyless and head.method != "HEAD":
             data += body
         self._transport_().write(data)
@@ -456,9 +455,9 @@ class Connection(BufferedReads):
     ) -> bool:
         it = aiter(body)
         try:
-            fields, close, length = _split_framing(response.headers, close)
+            fields, close, length = split_framing(response.headers, close)
             if head.method == "HEAD" or response.status in _BODYLESS:
-                data = _head(response.status, fields, close, length, False, head)
+                data = response_head(response.status, fields, close, length, False, head)
                 self._transport_().write(data)
                 return not close
             chunked = length is None and head.version == "HTTP/1.1"
@@ -473,7 +472,7 @@ class Connection(BufferedReads):
                 log.exception("streaming body failed on %s %s", head.method, head.target)
                 error = error_response(500, f"{type(exc).__name__}: {exc}")
                 return self._write_whole(error, cast(bytes, error.body), close, head)
-            data = _head(response.status, fields, close, length, chunked, head)
+            data = response_head(response.status, fields, close, length, chunked, head)
             sent = await self._pump(it, first, data, chunked)
             if length is not None and sent != length:
                 log.error("streamed body sent %d bytes, content-length said %d", sent, length)
@@ -531,40 +530,3 @@ class Connection(BufferedReads):
     def abort(self) -> None:
         """Reset the connection."""
         self._transport_().abort()
-
-
-def _split_framing(
-    headers: HeaderSource, close: bool
-) -> tuple[list[tuple[str, str]], bool, int | None]:
-    """The caller's fields without framing ones; whether to close; a given length."""
-    fields: list[tuple[str, str]] = []
-    length: int | None = None
-    for name, value in as_pairs(headers):
-        key = name.lower()
-        if key not in _FRAMING:
-            fields.append((name, value))
-        elif key == "connection":
-            close = close or "close" in value.lower()
-        elif key == "content-length":
-            length = int(value)
-    return fields, close, length
-
-
-def _head(
-    status: int,
-    fields: HeaderSource,
-    close: bool,
-    length: int | None,
-    chunked: bool,
-    request: RequestHead | None,
-) -> bytes:
-    extra = ""
-    if chunked:
-        extra = "transfer-encoding: chunked\r\n"
-    elif length is not None:
-        extra = f"content-length: {length}\r\n"
-    if close:
-        extra += "connection: close\r\n"
-    elif request is not None and request.version == "HTTP/1.0":
-        extra += "connection: keep-alive\r\n"
-    return encode_head(status_line(status), as_pairs(fields), extra)

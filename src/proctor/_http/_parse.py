@@ -13,7 +13,8 @@ import re
 from collections.abc import Iterable
 
 from .._errors import ParseError
-from ._headers import Headers
+from ._headers import Headers, HeaderSource, as_pairs
+from ._message import status_line
 
 __all__ = [
     "ChunkedDecoder",
@@ -27,6 +28,8 @@ __all__ = [
     "encode_head",
     "parse_request_head",
     "parse_response_head",
+    "response_head",
+    "split_framing",
 ]
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -38,6 +41,7 @@ _STATUS = re.compile(r"HTTP/1\.[01] [1-9][0-9][0-9](?: [^\x00-\x08\x0a-\x1f\x7f]
 _VERSIONS = frozenset(("HTTP/1.1", "HTTP/1.0"))
 _MAX_LINE = 4096  # a chunk-size line or one trailer field
 _MAX_TRAILERS = 65536
+_FRAMING_FIELDS = frozenset(("content-length", "transfer-encoding", "connection"))
 
 
 class RequestHead:
@@ -307,3 +311,42 @@ def encode_head(start: str, fields: Iterable[tuple[str, str]], extra: str = "") 
     if text.count("\n") != ends or text.count("\r") != ends:
         raise ValueError("CR or LF inside a header name or value")
     return text.encode("latin-1")
+
+
+def split_framing(
+    headers: HeaderSource, close: bool
+) -> tuple[list[tuple[str, str]], bool, int | None]:
+    """The caller's fields without framing ones; whether to close; a given length."""
+    fields: list[tuple[str, str]] = []
+    length: int | None = None
+    for name, value in as_pairs(headers):
+        key = name.lower()
+        if key not in _FRAMING_FIELDS:
+            fields.append((name, value))
+        elif key == "connection":
+            close = close or "close" in value.lower()
+        elif key == "content-length":
+            length = int(value)
+    return fields, close, length
+
+
+def response_head(
+    status: int,
+    fields: HeaderSource,
+    close: bool,
+    length: int | None,
+    chunked: bool,
+    request: RequestHead | None,
+) -> bytes:
+    """A response head: the caller's fields and the framing ones (`request`: the request
+    answered, whose HTTP/1.0 keep-alive is said back)."""
+    extra = ""
+    if chunked:
+        extra = "transfer-encoding: chunked\r\n"
+    elif length is not None:
+        extra = f"content-length: {length}\r\n"
+    if close:
+        extra += "connection: close\r\n"
+    elif request is not None and request.version == "HTTP/1.0":
+        extra += "connection: keep-alive\r\n"
+    return encode_head(status_line(status), as_pairs(fields), extra)

@@ -11,7 +11,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from .._errors import (
     ChannelClosed,
@@ -33,6 +33,7 @@ from ._memory import StreamProtocol
 from ._messages import INTERRUPTED, request_frame
 from ._reads import BufferedReads
 from ._splice import Pipe, host_port
+from ._tunnel import TunnelClient, tcp_route
 
 if TYPE_CHECKING:
     from ._server import EnvServer
@@ -294,7 +295,7 @@ class EnvClient(AsyncResource):
             sock.bind(("127.0.0.1", 0))
             sock.listen(128)
             sock.setblocking(False)
-            url = _tcp_route(cap.url, sock.getsockname()[1])
+            url = tcp_route(cap.url, sock.getsockname()[1])
             server = loop.create_server(lambda: _LocalEnd(self, cap.name, same_uid=True), sock=sock)
         routed = Capability(cap.name, cap.protocol, url, cap.params)
         self._forwarders[cap.name] = (routed, loop.create_task(server))
@@ -328,7 +329,7 @@ class EnvClient(AsyncResource):
 
     async def _tunnel(self, name: str, local: Pipe) -> None:
         try:
-            await self._dial(lambda: _TunnelClient(name, self._token, local))
+            await self._dial(lambda: TunnelClient(name, self._token, local))
         except OSError:
             if local.transport is not None:
                 local.transport.close()
@@ -406,60 +407,6 @@ class _LocalEnd(Pipe):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.client._locals.discard(self)
-
-
-class _TunnelClient(Pipe):
-    """Our side of a `tunnel.open` stream: preface, one reply frame, then raw bytes."""
-
-    def __init__(self, name: str, token: str | None, local: Pipe) -> None:
-        super().__init__()
-        self.name = name
-        self.token = token
-        self.local = local
-        self.buffer: LineBuffer | None = LineBuffer()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        params: dict[str, Any] = {"capability": self.name}
-        if self.token is not None:
-            params["token"] = self.token
-        assert self.transport is not None
-        self.transport.write(request_frame(1, "tunnel.open", params))
-
-    def data_received(self, data: bytes) -> None:
-        if self.buffer is None:
-            super().data_received(data)
-            return
-        try:
-            frame, rest = self.buffer.feed_first(data)
-            if frame is None:
-                return
-            reply = decode(frame)
-        except ProtocolError:
-            reply = None
-        self.buffer = None
-        assert self.transport is not None and self.local.transport is not None
-        refused = not (isinstance(reply, dict) and "result" in reply)
-        if refused or self.local.transport.is_closing():  # or our local client left meanwhile
-            self.transport.close()
-            self.local.transport.close()
-            return
-        if rest:
-            self.local.transport.write(rest)
-        self.attach(self.local.transport)
-        self.local.attach(self.transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.local.transport is not None:
-            self.local.transport.close()
-
-
-def _tcp_route(url: str, port: int) -> str:
-    """`url` (TCP-style) with its host:port replaced by 127.0.0.1:`port`."""
-    parts = urlsplit(url if "://" in url else f"tcp://{url}")
-    user = f"{parts.username}@" if parts.username else ""
-    netloc = f"{user}127.0.0.1:{port}"
-    return urlunsplit((parts.scheme or "tcp", netloc, parts.path, parts.query, parts.fragment))
 
 
 def _optional_str(value: Any) -> str | None:
