@@ -11,7 +11,8 @@ from ._environment import Environment, registered
 from ._judge import Judge
 from ._rewards import GradeContext, GroupMember, GroupReward, TaskView, evaluate_group
 from ._runner import TaskRunner
-from ._shell import ShellClient, ShellResult, ShellServer
+from ._shell import ShellResult, ShellServer
+from ._shell_client import ShellClient
 from ._template import Template
 from ._types import Answer, Capability
 from ._workspace_diff import WorkspaceDiff, WorkspaceEntry
