@@ -218,6 +218,7 @@ class ComputerAgent:
                 api_key=session.secret,
                 retry=RetryPolicy(max_transport=1),
                 headers=headers,
+                profile=self.model if self.model.startswith("profile:") else None,
             )
         stack.push_async_callback(client.aclose)
         return client
