@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -708,3 +709,23 @@ def test_the_report_reads_an_executed_dir(tmp_path: Path) -> None:
 def test_the_result_json_round_trips(tmp_path: Path) -> None:
     result = execute(batch_of(tmp_path), tmp_path / "out")
     assert BatchResult.model_validate_json(result.to_json()).counts == result.counts
+
+
+async def test_a_profile_agent_records_the_settings_and_price_it_ran_with(
+    tmp_path: Path, fake: FakeModelServer
+) -> None:
+    from proctor.models import ModelProfile, Price, register_profile
+
+    name = f"batch-chat-{uuid.uuid4().hex[:8]}"
+    register_profile(
+        ModelProfile(name, 1, f"openai/{MODEL}@{fake.url}", price=Price(input=7.0, output=9.0))
+    )
+    agent = {"kind": "tool", "model": f"profile:{name}@1", "name": "tool"}
+    out = tmp_path / "out"
+    result = await aexecute(batch_of(tmp_path, agents=[agent]), out)
+    assert result.exit_code == 0, result
+    meta = read_batch(out)
+    recorded = meta["profiles"][f"profile:{name}@1"]
+    assert recorded["profile"] == f"{name}@1" and recorded["model"] == f"openai/{MODEL}@{fake.url}"
+    price = meta["pricing"][f"profile:{name}@1"]["price"]
+    assert price["input"] == 7.0 and price["output"] == 9.0  # the profile's, not the table's

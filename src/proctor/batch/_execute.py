@@ -141,13 +141,18 @@ def _meta(
 ) -> dict[str, Any]:
     """What `batch.json` says besides the layout version: config as run, versions, pricing."""
     from .. import __version__
-    from ..models import parse_model, price_of, pricing_date
+    from ..models import model_profile, parse_model, price_of, pricing_date
 
     env = plan.check("environment").details
-    pricing = {}
+    pricing, profiles = {}, {}
     for model in dict.fromkeys(m for m in setup.models.values() if m is not None):
         api_model = parse_model(model).model
-        price = price_of(api_model)
+        if model.startswith("profile:"):  # the settings it ran with, and its own price
+            profile = model_profile(model)
+            profiles[model] = profile.record()
+            price = profile.effective_price()
+        else:
+            price = price_of(api_model)
         pricing[model] = {"model": api_model, "price": None if price is None else asdict(price)}
     return {
         "name": plan.batch,
@@ -164,6 +169,7 @@ def _meta(
         },
         "pricing": pricing,
         "pricing_as_of": pricing_date(),
+        "profiles": profiles,
         "runner": _runner(),
         "plan": {
             "rollouts": plan.rollouts,
