@@ -139,3 +139,25 @@ async def test_chromium_dies_with_a_server_killed_with_sigkill() -> None:
         server.send_signal(signal.SIGKILL)
         await server.wait()
     await until(lambda: not processes_with(profile), "chromium to go", within=30)
+
+
+async def test_a_second_playwright_client_sees_the_page_the_first_left() -> None:
+    """The CDP bridge kept the first client's auto-attached sessions when it left, and
+    chromium never announces a target twice on one pipe: the second client saw no page."""
+    seen: list[int] = []
+
+    async def twice(run: Run) -> None:
+        for _ in range(2):
+            async with async_playwright() as p:
+                browser = await p.chromium.connect_over_cdp(run.binding("browser").url)
+                seen.append(len(browser.contexts[0].pages) if browser.contexts else 0)
+                await browser.close()
+        run.answer = "done"
+
+    run = await rollout(
+        Task(env="web-form", id="fill_page", args={"text": "x"}),
+        twice,
+        runtime=_runtime("subprocess"),
+    )
+    assert run.error is None, run.error
+    assert seen == [1, 1]

@@ -6,6 +6,11 @@ in and restored on the way out) and routes session traffic to the client that ow
 session: the one whose `Target.attachToTarget` made it, else (auto-attach, targets it
 discovered) every client speaking for the whole browser. A pipe needs no port, so no
 other user can reach the browser.
+
+Chromium sees one connection, so it attaches a target once and announces it once: when
+a client leaves, the sessions it owned are detached, and once no client that turned
+on browser-level auto-attach is left, auto-attach is turned off and the sessions it
+made are detached too, so the next client is told of every page again.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class CdpMux(asyncio.Protocol):
         self._pending: dict[int, tuple[CdpClient, Any]] = {}
         self._owners: dict[str, CdpClient | None] = {}  # sessionId -> owner (None: broadcast)
         self._attaching: dict[str, CdpClient] = {}  # targetId -> who asked to attach
+        self._auto: set[CdpClient] = set()  # clients that turned browser auto-attach on
         self.closed = asyncio.get_running_loop().create_future()
 
     def attach_output(self, transport: asyncio.WriteTransport) -> None:
@@ -56,19 +62,39 @@ class CdpMux(asyncio.Protocol):
             raise CdpError("the browser is gone")
         gid = next(self._ids)
         self._pending[gid] = (client, message.get("id"))
-        if message.get("method") == "Target.attachToTarget":
-            target = (message.get("params") or {}).get("targetId")
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "Target.attachToTarget":
+            target = params.get("targetId")
             if isinstance(target, str):
                 self._attaching[target] = client
+        elif method == "Target.setAutoAttach" and "sessionId" not in message:
+            if params.get("autoAttach"):
+                self._auto.add(client)
+            else:
+                self._auto.discard(client)
         self._out.write(orjson.dumps({**message, "id": gid}) + b"\0")
 
     def forget(self, client: CdpClient) -> None:
-        """A client left: drop what is routed to it."""
+        """A client left: drop what is routed to it and detach the sessions it made."""
         self.clients.discard(client)
         self._pending = {k: v for k, v in self._pending.items() if v[0] is not client}
-        for sid, owner in list(self._owners.items()):
-            if owner is client:
-                del self._owners[sid]
+        gone = [sid for sid, owner in self._owners.items() if owner is client]
+        if client in self._auto:
+            self._auto.discard(client)
+            if not self._auto:  # nobody wants auto-attached sessions any more
+                off = {"autoAttach": False, "waitForDebuggerOnStart": False, "flatten": True}
+                self._quietly("Target.setAutoAttach", off)
+                gone += [sid for sid, owner in self._owners.items() if owner is None]
+        for sid in gone:
+            del self._owners[sid]
+            self._quietly("Target.detachFromTarget", {"sessionId": sid})
+
+    def _quietly(self, method: str, params: dict[str, Any]) -> None:
+        """Send a command of the bridge's own, whose answer goes nowhere."""
+        if self._out is not None and not self._out.is_closing():
+            self._out.write(
+                orjson.dumps({"id": next(self._ids), "method": method, "params": params}) + b"\0"
+            )
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
