@@ -16,7 +16,6 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
-from urllib.parse import urlsplit
 
 import orjson
 from pydantic import (
@@ -32,6 +31,7 @@ from pydantic import (
 from .._errors import BatchConfigError
 from ._config_computer import ComputerAgentEntry, FrameConfig
 from ._config_ids import _MAX_ID, Assignment, _clean, rollout_id
+from ._config_model import model_name, model_string
 
 if TYPE_CHECKING:
     from ..engine import Timeouts
@@ -115,15 +115,6 @@ def _no_secret_names(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _model_string(value: str) -> str:
-    from ..models import parse_model
-
-    spec = parse_model(value)  # ValueError names what is wrong with it
-    if urlsplit(spec.base_url).username is not None:
-        raise ValueError("a base URL must not carry credentials; keys come from the environment")
-    return value
-
-
 # -- taskset ----------------------------------------------------------------------------
 
 
@@ -165,11 +156,11 @@ class ToolAgentEntry(_AgentBase):
     params: dict[str, Any] = Field(default_factory=dict)
     """Request parameters (`temperature`, `max_tokens`, ...)."""
 
-    _model = field_validator("model")(_model_string)
+    _model = field_validator("model")(model_string)
 
     def default_name(self) -> str:
         """The model string without its URL: `openai/gpt-4.1-mini`."""
-        return _model_name(self.model)
+        return model_name(self.model)
 
 
 class CommandAgentEntry(_AgentBase):
@@ -186,7 +177,7 @@ class CommandAgentEntry(_AgentBase):
     answer: Literal["stdout", "json"] = "stdout"
     kill_grace: Seconds = 2.0
 
-    _model = field_validator("model")(_model_string)
+    _model = field_validator("model")(model_string)
     _env = field_validator("env")(_no_secret_names)
 
     @field_validator("argv")
@@ -201,7 +192,7 @@ class CommandAgentEntry(_AgentBase):
         tool = Path(self.argv[0]).name
         if _INTERPRETERS.fullmatch(tool) and len(self.argv) > 1:
             tool = Path(self.argv[1]).stem
-        return f"{tool}-{_model_name(self.model)}"
+        return f"{tool}-{model_name(self.model)}"
 
 
 class PythonAgentEntry(_AgentBase):
@@ -213,7 +204,7 @@ class PythonAgentEntry(_AgentBase):
     model: str | None = None
     """The upstream model behind the interception proxy (`run.model_env`), if it uses one."""
 
-    _model = field_validator("model")(lambda v: v if v is None else _model_string(v))
+    _model = field_validator("model")(lambda v: v if v is None else model_string(v))
 
     @field_validator("agent")
     @classmethod
@@ -226,17 +217,13 @@ class PythonAgentEntry(_AgentBase):
     def default_name(self) -> str:
         """The attribute, and the model when one is named: `solver`."""
         attr = self.agent.rpartition(":")[2].rsplit(".", 1)[-1]
-        return attr if self.model is None else f"{attr}-{_model_name(self.model)}"
+        return attr if self.model is None else f"{attr}-{model_name(self.model)}"
 
 
 AgentEntry: TypeAlias = Annotated[
     ToolAgentEntry | CommandAgentEntry | PythonAgentEntry | ComputerAgentEntry,
     Field(discriminator="kind"),
 ]
-
-
-def _model_name(model: str) -> str:
-    return model.split("@", 1)[0].split("?", 1)[0]
 
 
 # -- runtime ----------------------------------------------------------------------------

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ._config_model import model_name, model_string
+
 __all__ = ["ComputerAgentEntry", "FrameConfig"]
 
 
@@ -54,13 +56,8 @@ class ComputerAgentEntry(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     """Request parameters (`temperature`, `max_tokens`, ...)."""
 
-    @field_validator("model")
-    @classmethod
-    def _model(cls, value: str) -> str:
-        from ._config import _model_string  # that module imports this one
-
-        return _model_string(value)
+    _model = field_validator("model")(model_string)
 
     def default_name(self) -> str:
         """`computer-` and the model string without its URL: `computer-openai/gpt-4.1`."""
-        return "computer-" + self.model.split("@", 1)[0].split("?", 1)[0]
+        return "computer-" + model_name(self.model)
