@@ -17,9 +17,16 @@ from ._clock import Clock
 from ._content import IMAGE_TYPES, OMITTED, ImagePart, TextPart, content_parts
 from ._context import CHECKPOINT, ContextPolicy, compact, drop_frames
 from ._factory import model_client
-from ._names import Api, ModelSpec, parse_model
+from ._names import Api, ModelSpec
 from ._pricing import Price, cost, price_of, pricing_date
-from ._profiles import ModelProfile, load_profiles, model_profile, model_profiles, register_profile
+from ._profiles import (
+    ModelProfile,
+    load_profiles,
+    model_profile,
+    model_profiles,
+    parse_model,
+    register_profile,
+)
 from ._retry import RetryPolicy
 from ._sigv4 import AwsSigner, aws_signer
 from ._types import Attempt, ModelClient, ModelResponse, ToolCall, ToolSpec, Usage

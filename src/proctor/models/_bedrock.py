@@ -24,7 +24,8 @@ from ._bedrock_converse import (
     takes_cache_points,
 )
 from ._client import ProviderAdapter, Reply
-from ._names import ModelSpec, parse_model
+from ._names import ModelSpec
+from ._profiles import parse_model
 from ._retry import Outcome, Retrier, classify_status, retry_after_from
 from ._sigv4 import AwsSigner, SignedHttp, aws_signer
 from ._types import Message, ModelResponse, ToolSpec

@@ -13,8 +13,8 @@ from ._bedrock import aws_client
 from ._client import ProviderAdapter
 from ._clock import Clock
 from ._context import ContextPolicy
-from ._names import PROVIDERS, ModelSpec, parse_model
-from ._profiles import PROFILE_PREFIX, ModelProfile, model_profile
+from ._names import PROVIDERS, ModelSpec
+from ._profiles import PROFILE_PREFIX, ModelProfile, model_profile, parse_model
 from ._retry import RetryPolicy
 
 __all__ = ["KEYLESS", "model_client"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 from urllib.parse import urlsplit
 
-__all__ = ["PROVIDERS", "Api", "ModelSpec", "parse_model"]
+__all__ = ["PROVIDERS", "Api", "ModelSpec", "parse_direct"]
 
 Api = Literal["chat", "responses", "messages", "converse"]
 Auth = Literal["key", "sigv4"]
@@ -92,29 +92,15 @@ class ModelSpec:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def parse_model(spec: str) -> ModelSpec:
-    """Parse `provider/model[@base_url][?api=chat|responses|messages]`.
+def parse_direct(spec: str) -> ModelSpec:
+    """Parse a model string that names its provider (not a `profile:` reference).
 
-    `openai/gpt-4.1-mini` uses Chat Completions, `openai-responses/gpt-5` (or
-    `openai/gpt-5?api=responses`) the Responses API, `anthropic/claude-sonnet-4-5`
-    Messages. `vllm/Qwen3-8B@http://127.0.0.1:8000/v1` points a known provider at a
-    URL; any other `name/model@url` is an OpenAI-compatible server. The model part
-    may contain `/` (`openrouter/openai/gpt-4.1`). `profile:NAME@VERSION` is the
-    model string of that model profile.
-
-    `bedrock/anthropic.claude-sonnet-4-5-20250929-v1:0` is Bedrock Converse in the AWS
-    region of the standard configuration (`@https://...` overrides the endpoint);
-    `mantle/<model>@https://host/v1` is an OpenAI-compatible server whose requests are
-    signed with AWS SigV4. Neither takes an API key.
+    `parse_model` (in `_profiles`) takes both; its docstring gives the shapes.
 
     Raises:
         ValueError: the string does not have that shape, names an unknown provider
             without a URL, or an unknown API.
     """
-    if isinstance(spec, str) and spec.strip().startswith("profile:"):
-        from ._profiles import model_profile  # a profile pins a model string
-
-        return parse_model(model_profile(spec).model)
     match = _SPEC.fullmatch(spec.strip()) if isinstance(spec, str) else None
     if match is None or "://" in match["model"]:
         raise ValueError(

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ._context import ContextPolicy
-from ._names import ModelSpec, parse_model
+from ._names import ModelSpec, parse_direct
 from ._pricing import Price, price_of
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "load_profiles",
     "model_profile",
     "model_profiles",
+    "parse_model",
     "register_profile",
 ]
 
@@ -48,6 +49,30 @@ PROFILES_ENV = "PROCTOR_PROFILES"
 
 _MIB = 1024 * 1024
 _REF = re.compile(r"(?P<name>[a-z0-9][a-z0-9.-]*)@(?P<version>[1-9]\d*)")
+
+
+def parse_model(spec: str) -> ModelSpec:
+    """Parse `provider/model[@base_url][?api=chat|responses|messages]`.
+
+    `openai/gpt-4.1-mini` uses Chat Completions, `openai-responses/gpt-5` (or
+    `openai/gpt-5?api=responses`) the Responses API, `anthropic/claude-sonnet-4-5`
+    Messages. `vllm/Qwen3-8B@http://127.0.0.1:8000/v1` points a known provider at a
+    URL; any other `name/model@url` is an OpenAI-compatible server. The model part
+    may contain `/` (`openrouter/openai/gpt-4.1`). `profile:NAME@VERSION` is the
+    model string of that model profile.
+
+    `bedrock/anthropic.claude-sonnet-4-5-20250929-v1:0` is Bedrock Converse in the AWS
+    region of the standard configuration (`@https://...` overrides the endpoint);
+    `mantle/<model>@https://host/v1` is an OpenAI-compatible server whose requests are
+    signed with AWS SigV4. Neither takes an API key.
+
+    Raises:
+        ValueError: the string does not have that shape, names an unknown provider
+            without a URL, or an unknown API.
+    """
+    if isinstance(spec, str) and spec.strip().startswith(PROFILE_PREFIX):
+        return parse_model(model_profile(spec).model)  # a profile pins a model string
+    return parse_direct(spec)
 
 
 @dataclass(frozen=True, slots=True)
