@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
+from .._resource import AsyncResource
 from ._tally import Tally
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ COLOURS = {
 }
 
 
-class LiveView:
+class LiveView(AsyncResource):
     """Shows `tally` on `stream` while the `async with` block runs."""
 
     def __init__(
@@ -55,19 +55,15 @@ class LiveView:
         self._live: Live | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> LiveView:
+    async def start(self) -> None:
+        """Draw the first frame and start redrawing on the timer."""
         if self._tty:
             self._live = _start_live(self._stream, self._panel)
         period = self._interval if self._live else max(self._interval, PLAIN_PERIOD)
         self._task = asyncio.get_running_loop().create_task(self._refresh(period))
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Stop redrawing and leave the last frame on the terminal."""
         task = self._task
         self._task = None
         if task is not None:

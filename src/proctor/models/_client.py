@@ -4,15 +4,15 @@ byte ceilings and 413 compaction, parsing, usage and cost."""
 from __future__ import annotations
 
 import random
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import orjson
 
 from .._errors import HttpConnectError, HttpReadError, HttpTimeout
+from .._resource import AsyncResource
 from ._clock import Clock, SystemClock
 from ._context import ContextPolicy, compact, drop_frames, history_bytes
 from ._names import Api, ModelSpec
@@ -66,7 +66,7 @@ class Request:
     nbytes: int
 
 
-class ProviderAdapter(ABC):
+class ProviderAdapter(AsyncResource):
     """A `ModelClient` on one provider API, and an async context manager closing it.
 
     Subclasses build the provider's request body and send it through the SDK; the
@@ -115,24 +115,9 @@ class ProviderAdapter(ABC):
             HttpError: no response came back (connect, read, timeout).
         """
 
-    @abstractmethod
-    async def aclose(self) -> None:
-        """Release the SDK's connections."""
-
     def session_headers(self, session_key: str | None) -> dict[str, str]:
         """Extra headers for a session key (none unless the API takes it as a header)."""
         return {}
-
-    async def __aenter__(self) -> ProviderAdapter:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def complete(
         self,

@@ -9,12 +9,12 @@ import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from types import TracebackType
 from typing import Any, TypeAlias
 
 import orjson
 
 from .._http import Abort, HttpServer, Request, Response
+from .._resource import AsyncResource
 from ._fake_model_anthropic import compaction_problem, messages_body, messages_events
 from ._fake_model_errors import error_response
 from ._fake_model_images import images_of
@@ -51,7 +51,7 @@ def echo(request: FakeRequest) -> Reply:
     return Reply(text=f"echo: {text[:200] if isinstance(text, str) else ''}")
 
 
-class FakeModelServer:
+class FakeModelServer(AsyncResource):
     """A local model server speaking OpenAI Chat Completions, OpenAI Responses and
     Anthropic Messages (`POST /v1/chat/completions`, `/v1/responses`, `/v1/messages`;
     `GET /v1/models`), streaming or not, from a script or a policy function.
@@ -133,18 +133,6 @@ class FakeModelServer:
     async def aclose(self) -> None:
         """Stop serving; requests in flight get a few seconds to finish."""
         await self._http.aclose()
-
-    async def __aenter__(self) -> FakeModelServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- serving ---------------------------------------------------------------
 
