@@ -8,6 +8,7 @@ from ._computer_agent import ComputerAgent, ComputerStats
 from ._run import JudgeEndpoint, Run, RunStatus
 from ._tool_agent import ToolAgent
 from ._tools import Tool, ToolResult, command_tool, function_tool, mcp_tools, run_tools, shell_tool
+from ._user import UserClient, user_tool
 
 __all__ = [
     "Agent",
@@ -22,12 +23,14 @@ __all__ = [
     "Tool",
     "ToolAgent",
     "ToolResult",
+    "UserClient",
     "agent_from_fn",
     "command_tool",
     "function_tool",
     "mcp_tools",
     "run_tools",
     "shell_tool",
+    "user_tool",
 ]
 
 publish(globals(), __all__, __name__)

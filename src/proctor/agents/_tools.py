@@ -5,7 +5,8 @@ capabilities become tools by protocol family (the part before any `/`: HUD label
 `mcp/2025-11-25`, `ssh/2`): `shell` gives one tool running commands in the environment
 through the tunnel, `ssh` the same tool over SSH (HUD's workspace shell; `SshShell`),
 `mcp` the MCP server's tools (via the `mcp` SDK client on the routed URL; an image
-they return reaches the model as an image part). A task may declare more in its
+they return reaches the model as an image part), `user` a `talk_to_user` tool (a
+simulated user, `UserClient`). A task may declare more in its
 first yield:
 
     yield {"prompt": ..., "tools": [{"name": "run_tests", "description": "...",
@@ -310,6 +311,7 @@ async def run_tools(
             shells[cap.name] = ssh
     mcps = [c for c in caps if family(c.protocol) == "mcp"]
     tools = [shell_tool(client, name=name) for name, client in shells.items()]
+    tools += _user_tools(run, caps)
     for cap in mcps:
         prefix = f"{cap.name}__" if len(mcps) > 1 else ""
         tools += await mcp_tools(cap.url, stack, prefix=prefix, headers=_mcp_headers(cap))
@@ -319,6 +321,15 @@ async def run_tools(
             raise ValueError(f"declared tool {declaration.get('name')!r}: no shell {where!r}")
         tools.append(command_tool(declaration, shells[where]))
     return tools
+
+
+def _user_tools(run: Run, caps: Sequence[Capability]) -> list[Tool]:
+    """`talk_to_user` (`talk_to_<name>` for a user not called `user`) per user capability
+    the task opened a dialogue on."""
+    from ._user import UserClient, user_tool  # it builds on this module's Tool
+
+    users = [c for c in caps if family(c.protocol) == "user" and "dialogue" in c.params]
+    return [user_tool(UserClient(c, trace=run.trace), name=f"talk_to_{c.name}") for c in users]
 
 
 def family(protocol: str) -> str:

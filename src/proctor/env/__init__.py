@@ -15,6 +15,7 @@ from ._shell import ShellResult, ShellServer
 from ._shell_client import ShellClient
 from ._template import Template
 from ._types import Answer, Capability
+from ._user import Dialogue, Message, ModelUser, UserFn, UserServer, scripted
 from ._workspace_diff import WorkspaceDiff, WorkspaceEntry
 
 __all__ = [
@@ -23,24 +24,30 @@ __all__ = [
     "Capability",
     "DesktopClient",
     "DesktopServer",
+    "Dialogue",
     "Environment",
     "Frame",
     "GradeContext",
     "GroupMember",
     "GroupReward",
     "Judge",
+    "Message",
+    "ModelUser",
     "ShellClient",
     "ShellResult",
     "ShellServer",
     "TaskRunner",
     "TaskView",
     "Template",
+    "UserFn",
+    "UserServer",
     "WorkspaceDiff",
     "WorkspaceEntry",
     "evaluate_group",
     "graders",
     "group_rewards",
     "registered",
+    "scripted",
     "validate_actions",
 ]
 

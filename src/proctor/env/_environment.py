@@ -17,6 +17,7 @@ from ._rewards import INJECTABLE, GroupReward, Scoring, group_reward
 from ._shell import ShellServer
 from ._template import Template, TemplateFn
 from ._types import Capability
+from ._user import UserServer
 
 __all__ = ["Environment", "registered"]
 
@@ -168,6 +169,17 @@ class Environment(Scoring):
         )
         self._serve_capability(name, "cdp", browser)
         return browser
+
+    def add_user(self, name: str = "user") -> UserServer:
+        """Declare a `user` capability: simulated users the agent talks to (user/1).
+
+        Task code opens one dialogue per episode on the returned server (`open`) and
+        publishes `dialogue.binding` with the prompt; the agent side talks through
+        `UserClient(run.binding(name))`. See `docs/users.md`.
+        """
+        server = UserServer()
+        self._serve_capability(name, "user", server)
+        return server
 
     def _serve_capability(self, name: str, protocol: str, server: Any) -> None:
         """Start `server` (`start() -> url`, `aclose()`) with the environment, as `name`."""

@@ -1,0 +1,295 @@
+"""The `user` capability: a simulated user the agent must talk to (multi-turn dialogue tasks).
+
+`UserServer` runs on the environment's side (`env.add_user()`); a template opens one
+`Dialogue` per episode with the user who answers (`scripted([...])`, a `ModelUser`, or
+any function of the messages so far) and publishes its binding with the prompt:
+
+```python
+user = env.add_user()
+
+@env.template
+async def refund(order: str):
+    dialogue = user.open(scripted(["It is order 42.", "Yes, refund it."]))
+    answer = yield {"prompt": "Help the customer.", "bindings": {"user": dialogue.binding}}
+    yield 1.0 if "refund" in dialogue.transcript().lower() else 0.0
+```
+
+The agent side talks through `UserClient(run.binding("user"))` (`proctor.agents`).
+
+Protocol (user/1). A connection on the server's Unix socket (in a 0700 directory,
+reached only through the control channel's tunnel) carries one request line and gets
+one reply line, both UTF-8 JSON objects:
+
+    request  {"dialogue": str, "text": str}
+    reply    {"reply": str | null}        null: the user ended the dialogue
+    error    {"error": {"code": int, "message": str}}
+
+A message sent after the user ended the dialogue gets `{"reply": null}` again; an
+unknown dialogue id or a bad field gets code -32602, a user function that raised
+-32000 (its message names the cause).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from .._tempdirs import owned_tempdir
+from ._judge import Judge
+
+__all__ = ["Dialogue", "Message", "ModelUser", "UserFn", "UserServer", "scripted"]
+
+MAX_LINE = 1024 * 1024
+BAD_REQUEST = -32602
+USER_FAILED = -32000
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a dialogue: `role` is `agent` (what the agent said) or `user`."""
+
+    role: Literal["agent", "user"]
+    text: str
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"role": self.role, "text": self.text, "at": self.at}
+
+
+UserFn = Callable[[Sequence[Message]], "Awaitable[str | None] | str | None"]
+"""A simulated user: given the dialogue so far (ending with the agent's message), its
+reply, or None to end the dialogue."""
+
+
+def scripted(lines: Sequence[str], *, done: Callable[[str], bool] | None = None) -> UserFn:
+    """A user who answers with `lines` in order, then ends the dialogue.
+
+    Args:
+        lines: the replies, one per agent message.
+        done: ends the dialogue early when it is true of the agent's latest message
+            (e.g. the agent said goodbye).
+    """
+    replies = list(lines)
+
+    def reply(messages: Sequence[Message]) -> str | None:
+        if done is not None and messages and done(messages[-1].text):
+            return None
+        asked = sum(1 for m in messages if m.role == "agent")
+        return replies[asked - 1] if 0 < asked <= len(replies) else None
+
+    return reply
+
+
+class ModelUser:
+    """A user played by a model with a persona and a goal.
+
+    Each agent message asks the model (through `endpoint`, an OpenAI-compatible chat
+    endpoint, e.g. a `Judge`) for the user's next line; a reply containing `stop` ends
+    the dialogue (the text before it is not sent). The model sees the dialogue with
+    roles swapped: the agent's messages as `user`, its own as `assistant`.
+
+    Args:
+        persona: who the user is.
+        goal: what the user wants from the conversation.
+        endpoint: where the model answers, or a function returning it when first asked.
+        model: the model to ask (default: the endpoint's).
+        stop: the marker the model writes when the user is done.
+        max_turns: the dialogue ends after this many replies to the agent.
+    """
+
+    def __init__(
+        self,
+        persona: str,
+        goal: str,
+        endpoint: Judge | Callable[[], Judge],
+        *,
+        model: str | None = None,
+        stop: str = "###DONE###",
+        max_turns: int = 10,
+    ) -> None:
+        self.persona = persona
+        self.goal = goal
+        self.endpoint = endpoint
+        self.model = model
+        self.stop = stop
+        self.max_turns = max_turns
+
+    def system_prompt(self) -> str:
+        """What the model is told it is."""
+        return (
+            f"You play a user talking to an assistant. You are: {self.persona}\n"
+            f"Your goal: {self.goal}\nReply with the user's next message only. When your goal"
+            f" is met or cannot be, write {self.stop} (alone, or after a last short message)."
+        )
+
+    async def __call__(self, messages: Sequence[Message]) -> str | None:
+        """The user's next message, or None when the dialogue is over."""
+        if sum(1 for m in messages if m.role == "agent") > self.max_turns:
+            return None
+        endpoint = self.endpoint if isinstance(self.endpoint, Judge) else self.endpoint()
+        chat: list[dict[str, Any]] = [{"role": "system", "content": self.system_prompt()}]
+        chat += [
+            {"role": "user" if m.role == "agent" else "assistant", "content": m.text}
+            for m in messages
+        ]
+        text = await endpoint.complete(chat, model=self.model)
+        if self.stop in text:
+            return None
+        return text.strip()
+
+
+class Dialogue:
+    """One episode's conversation between the agent and its simulated user.
+
+    `messages` holds both sides in order; `done` is set once the user ended it.
+    """
+
+    def __init__(self, user: UserFn, *, opening: str | None = None) -> None:
+        self.id = secrets.token_urlsafe(16)
+        self.user = user
+        self.messages: list[Message] = []
+        self.done = False
+        self._lock = asyncio.Lock()
+        if opening is not None:
+            self.messages.append(Message("user", opening, time.time()))
+
+    def __repr__(self) -> str:
+        return f"<Dialogue {len(self.messages)} messages{' done' if self.done else ''}>"
+
+    @property
+    def binding(self) -> dict[str, str]:
+        """The per-episode binding data the agent needs (`{"dialogue": id}`)."""
+        return {"dialogue": self.id}
+
+    def transcript(self) -> str:
+        """The dialogue as text, one `role: text` line per message."""
+        return "\n".join(f"{m.role}: {m.text}" for m in self.messages)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """The messages, JSON-ready (e.g. for a grade's `info`)."""
+        return [m.to_dict() for m in self.messages]
+
+    async def send(self, text: str) -> str | None:
+        """Record the agent's `text` and return the user's reply (None: dialogue over)."""
+        async with self._lock:
+            if self.done:
+                return None
+            self.messages.append(Message("agent", text, time.time()))
+            reply = self.user(list(self.messages))
+            if inspect.isawaitable(reply):
+                reply = await reply
+            if reply is None:
+                self.done = True
+                return None
+            if not isinstance(reply, str):
+                raise TypeError(f"the user gave {type(reply).__name__}, not a str or None")
+            self.messages.append(Message("user", reply, time.time()))
+            return reply
+
+
+class UserServer:
+    """Serves simulated users on a private Unix socket (protocol in the module doc).
+
+    Dialogues are opened by task code (`open`) and found by their id; ids are random,
+    so one agent cannot reach another episode's user by guessing.
+    """
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self._dir: str | None = None
+        self._dialogues: dict[str, Dialogue] = {}
+
+    def __repr__(self) -> str:
+        return f"<UserServer {len(self._dialogues)} dialogues>"
+
+    @property
+    def url(self) -> str:
+        """`unix:///private/dir/user.sock` once started.
+
+        Raises:
+            RuntimeError: not started.
+        """
+        if self._server is None or self._dir is None:
+            raise RuntimeError("UserServer is not started")
+        return f"unix://{os.path.join(self._dir, 'user.sock')}"
+
+    def open(self, user: UserFn, *, opening: str | None = None) -> Dialogue:
+        """A new dialogue with `user`; `opening` is a first message from the user."""
+        dialogue = Dialogue(user, opening=opening)
+        self._dialogues[dialogue.id] = dialogue
+        return dialogue
+
+    def close(self, dialogue: Dialogue) -> None:
+        """Forget `dialogue` (its messages stay on the object)."""
+        self._dialogues.pop(dialogue.id, None)
+
+    async def start(self) -> str:
+        """Make the private directory, bind its socket and serve; returns the URL."""
+        self._dir = owned_tempdir("user")
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._connection, os.path.join(self._dir, "user.sock"), limit=MAX_LINE
+            )
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+            raise
+        return self.url
+
+    async def aclose(self) -> None:
+        """Stop listening and remove the socket's directory."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                line = await reader.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                line = b""
+            if line:
+                writer.write(orjson.dumps(await self._answer(line)) + b"\n")
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _answer(self, line: bytes) -> dict[str, Any]:
+        try:
+            request = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return _error(BAD_REQUEST, "the request is not JSON")
+        if not isinstance(request, dict):
+            return _error(BAD_REQUEST, "the request is not an object")
+        text, key = request.get("text"), request.get("dialogue")
+        if not isinstance(text, str) or not isinstance(key, str):
+            return _error(BAD_REQUEST, "the request needs `dialogue` and `text` strings")
+        dialogue = self._dialogues.get(key)
+        if dialogue is None:
+            return _error(BAD_REQUEST, "no such dialogue (the task opened none with this id)")
+        try:
+            return {"reply": await dialogue.send(text)}
+        except Exception as exc:
+            return _error(USER_FAILED, f"the simulated user failed: {type(exc).__name__}: {exc}")
+
+
+def _error(code: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
