@@ -72,3 +72,28 @@ async def test_signed_endpoint_models_and_missing_credentials(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     problems, _ = await catalogs(config)
     assert problems == [f"{fake.url}/models: GET answered HTTP 403"]
+
+
+async def test_a_computer_agent_needs_a_model_that_sees_images(
+    fake: FakeBedrockServer, aws_env: Use
+) -> None:
+    """The plan passed no image requirement: a computer agent on a text-only model ran."""
+    aws_env(fake)
+    config = BatchConfig.model_validate(
+        {
+            "taskset": {"source": "tasks.json", "env_source": "env.py"},
+            "agents": [
+                {"kind": "computer", "model": fake.model_string(TEXT_ONLY), "name": "eyes"},
+                {"kind": "tool", "model": fake.model_string(TEXT_ONLY), "name": "words"},
+            ],
+            "runtime": {"kind": "subprocess"},
+            "expected_rollouts": 2,
+            "max_concurrent": 1,
+        }
+    )
+    problems, _ = await catalogs(config)
+    url = f"{fake.origin}/foundation-models"
+    no_images = f"model {TEXT_ONLY!r} does not advertise image input at {url}"
+    assert problems == [f"{no_images}, and the task set sends images"]
+    words_only = config.model_copy(update={"agents": config.agents[1:], "expected_rollouts": 1})
+    assert (await catalogs(words_only))[0] == []  # a tool agent sends no frames

@@ -129,14 +129,22 @@ async def catalogs(
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Problems, and one record per catalog asked (URL, models wanted, models missing).
 
-    `images`: the task set sends images, so each model must advertise image input
-    where its catalog says (Bedrock's does).
+    A model sent images (an enabled `kind = "computer"` agent's, which sees a frame
+    every turn; every model with `images`) must advertise image input where its catalog
+    says (Bedrock's does).
     """
     from .._http import HttpClient
 
     groups: dict[_Where, list[str]] = {}
+    seeing = {
+        _spec(e.model).model
+        for e in config.agents
+        if e.enabled and e.kind == "computer" and e.model is not None
+    }
     for model in _enabled_models(config):
         spec = _spec(model)
+        if images:
+            seeing.add(spec.model)
         where = _Where(spec.base_url, spec.api, spec.api_key_env, _key_required(spec))
         if spec.auth == "sigv4":
             where = _Where(spec.base_url, spec.api, None, True, signed=True)
@@ -147,7 +155,7 @@ async def catalogs(
         for where, wanted in groups.items():
             wanted = sorted(set(wanted))
             if where.signed:
-                record = await _signed_catalog(http, where, wanted, images)
+                record = await _signed_catalog(http, where, wanted, seeing)
             else:
                 record = await _catalog(http, where, wanted)
             records.append(record)
@@ -198,7 +206,7 @@ _INFERENCE_PROFILE = ("us.", "eu.", "apac.", "us-gov.", "ca.", "jp.", "au.", "gl
 
 
 async def _signed_catalog(
-    http: Any, where: _Where, wanted: list[str], images: bool
+    http: Any, where: _Where, wanted: list[str], seeing: set[str]
 ) -> dict[str, Any]:
     """A SigV4 catalog: Bedrock's foundation models (with their input modalities), or
     a signed endpoint's `/models`. An inference profile id (`us.anthropic...`) is
@@ -241,10 +249,9 @@ async def _signed_catalog(
     found = {m: _foundation(m) if converse else m for m in wanted}
     record["missing"] = [m for m, f in found.items() if f not in listed]
     record["listed"] = len(listed)
-    if images:
-        record["no_images"] = [
-            m for m, f in found.items() if "IMAGE" not in (listed.get(f) or ["IMAGE"])
-        ]
+    record["no_images"] = [
+        m for m, f in found.items() if m in seeing and "IMAGE" not in (listed.get(f) or ["IMAGE"])
+    ]
     return record
 
 
