@@ -40,6 +40,7 @@ from proctor.agents import agent_from_fn
 from proctor.batch import (
     BatchResult,
     aexecute,
+    aplan,
     aresume,
     count_rollouts,
     execute,
@@ -722,7 +723,12 @@ async def test_a_profile_agent_records_the_settings_and_price_it_ran_with(
     )
     agent = {"kind": "tool", "model": f"profile:{name}@1", "name": "tool"}
     out = tmp_path / "out"
-    result = await aexecute(batch_of(tmp_path, agents=[agent]), out)
+    cfg = batch_of(tmp_path, agents=[agent], limits={"max_total_tokens": 1000})
+    planned = await aplan(cfg)
+    assert planned.check("pricing").ok and planned.projected_cost_usd == pytest.approx(
+        3 * 1000 * 9.0 / 1e6  # three rows, each bounded by 1,000 tokens at the dearer price
+    )
+    result = await aexecute(cfg, out)
     assert result.exit_code == 0, result
     meta = read_batch(out)
     recorded = meta["profiles"][f"profile:{name}@1"]

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ._config import BatchConfig, LimitsConfig
+
+if TYPE_CHECKING:
+    from ..models import Price
 
 __all__ = [
     "Credential",
@@ -309,10 +312,17 @@ def _json(body: bytes) -> dict[str, Any]:
 
 
 def unpriced(config: BatchConfig) -> list[str]:
-    """Enabled models the shipped pricing table does not know."""
-    from ..models import price_of
+    """Enabled models the shipped pricing table (or their model profile) does not price."""
+    return [model for model in _enabled_models(config) if _price(model) is None]
 
-    return [model for model in _enabled_models(config) if price_of(model) is None]
+
+def _price(model: str) -> Price | None:
+    """A model string's price: its profile's for `profile:...`, else the table's."""
+    from ..models import model_profile, price_of
+
+    if model.startswith("profile:"):
+        return model_profile(model).effective_price()
+    return price_of(model)
 
 
 def projected_cost(config: BatchConfig, rollouts_by_model: dict[str, int]) -> float | None:
@@ -333,10 +343,8 @@ def projected_cost(config: BatchConfig, rollouts_by_model: dict[str, int]) -> fl
 
 
 def _rollout_bound(model: str, limits: LimitsConfig) -> float | None:
-    from ..models import price_of
-
     bounds = [limits.max_cost] if limits.max_cost is not None else []
-    price = price_of(model)
+    price = _price(model)
     if price is not None:
         long = price.long_context_threshold is not None
         per_in = max(price.input, price.cache_write or 0.0) / 1e6
