@@ -19,13 +19,12 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import anthropic
-import orjson
 
 from ._client import ProviderAdapter, Reply, call_sdk, thinking_within
 from ._content import image_data, is_image
 from ._names import ModelSpec
 from ._types import Message, ToolSpec
-from ._wire import text_of
+from ._wire import arguments_object, text_of
 
 __all__ = ["MessagesAdapter", "anthropic_messages"]
 
@@ -209,20 +208,10 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
                 "type": "tool_use",
                 "id": call.get("id"),
                 "name": fn.get("name"),
-                "input": _json_object(fn.get("arguments")),
+                "input": arguments_object(fn.get("arguments")),
             }
         )
     return blocks
-
-
-def _json_object(arguments: Any) -> Any:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _tool_result(message: Message) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import orjson
 
 from ._content import image_data, is_image
 from ._types import Message, ToolCall, ToolSpec, Usage
-from ._wire import brief, text_of
+from ._wire import arguments_object, brief, text_of
 
 __all__ = [
     "FINISH",
@@ -170,21 +170,11 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
                 "toolUse": {
                     "toolUseId": call.get("id"),
                     "name": fn.get("name"),
-                    "input": _json_object(fn.get("arguments")),
+                    "input": arguments_object(fn.get("arguments")),
                 }
             }
         )
     return blocks
-
-
-def _json_object(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _tool_result(message: Message) -> dict[str, Any]:

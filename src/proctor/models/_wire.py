@@ -138,6 +138,18 @@ def text_of(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def arguments_object(arguments: Any) -> dict[str, Any]:
+    """A history's tool-call arguments (a dict, or its JSON) as an object; `{}` when
+    they are not one: a request body is built from them, whatever the model sent."""
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def brief(value: Any, limit: int = 200) -> str:
     try:
         text = value if isinstance(value, str) else orjson.dumps(value).decode()
