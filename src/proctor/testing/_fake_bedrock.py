@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 from urllib.parse import unquote
-
-import orjson
 
 from .._http import Abort, Request, Response
 from ._fake_bedrock_converse import aws_error, converse_body, converse_problem
@@ -18,7 +15,7 @@ from ._fake_bedrock_sigv4 import Refusal, _SignatureError, check_signature
 from ._fake_bedrock_stream import EVENTSTREAM, converse_events
 from ._fake_model import FakeModelServer, Policy, ReplyLike, echo
 from ._fake_model_reply import Fault, Reply
-from ._fake_model_request import FakeRequest
+from ._fake_model_request import FakeRequest, json_body
 from ._fake_model_turn import make_turn
 
 __all__ = ["FAKE_AWS_ACCESS_KEY", "FAKE_AWS_SECRET_KEY", "FakeBedrockServer"]
@@ -85,10 +82,6 @@ class FakeBedrockServer(FakeModelServer):
         self._secret = secret_key
         self.refused: list[Refusal] = []
 
-    async def __aenter__(self) -> FakeBedrockServer:
-        await self.start()
-        return self
-
     def environ(self) -> dict[str, str]:
         """The AWS variables that make botocore's standard chain sign for this fake."""
         return {
@@ -150,36 +143,16 @@ class FakeBedrockServer(FakeModelServer):
 
     async def _converse(self, request: Request, model: str, stream: bool) -> Response:
         serial = f"{self._tag}{next(self._serial):06d}"
-        try:
-            body = orjson.loads(request.body)
-        except orjson.JSONDecodeError:
-            body = None
+        body = json_body(request.body)
         problem = converse_problem(body, set(self.models), model)
-        fault = self._faults.popleft() if self._faults and problem is None else None
-        fake = FakeRequest(
-            "converse",
-            request.method,
-            request.path,
-            request.headers,
-            request.body,
-            body,
-            time.time(),
-            fault,
-        )
-        self._record(fake)
+        fake = self._arrived("converse", request, body, valid=problem is None)
         if problem is not None:
             return aws_error(400, problem)
-        if fault is not None and fault.kind != "slow":
-            return self._converse_fault(fake, fault, serial, stream)
-        if fault is not None:
-            await asyncio.sleep(fault.seconds)
-        try:
-            reply = await self._policy(fake)
-        except Exception as exc:
-            self.errors.append(exc)
-            return aws_error(400, f"fake model policy: {exc!r}")
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
+        if fake.fault is not None and fake.fault.kind != "slow":
+            return self._converse_fault(fake, fake.fault, serial, stream)
+        reply = await self._reply(fake)
+        if isinstance(reply, str):
+            return aws_error(400, reply)
         turn = make_turn(fake, reply, serial)
         if stream:
             headers = [("content-type", EVENTSTREAM), ("x-amzn-requestid", serial)]

@@ -11,8 +11,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeAlias
 
-import orjson
-
 from .._http import Abort, HttpServer, Request, Response
 from .._resource import AsyncResource
 from ._fake_model_anthropic import compaction_problem, messages_body, messages_events
@@ -20,7 +18,7 @@ from ._fake_model_errors import error_response
 from ._fake_model_images import images_of
 from ._fake_model_openai import chat_body, chat_events, responses_body, responses_events
 from ._fake_model_reply import FakeToolCall, Fault, Reply
-from ._fake_model_request import Api, FakeRequest
+from ._fake_model_request import Api, FakeRequest, json_body
 from ._fake_model_turn import Turn, make_turn
 
 __all__ = ["FakeModelServer", "Policy", "echo"]
@@ -151,17 +149,28 @@ class FakeModelServer(AsyncResource):
 
     async def _answer(self, request: Request, api: Api, serial: str, anthropic: bool) -> Response:
         """A model call: the next fault if one is queued, else the policy's reply."""
-        try:
-            body = orjson.loads(request.body)
-        except orjson.JSONDecodeError:
-            body = None
+        body = json_body(request.body)
         limit = self.max_body or (ANTHROPIC_MAX_BODY if api == "messages" else None)
         too_large = limit is not None and len(request.body) > limit
         problem = None if too_large else _invalid(api, body) or images_of(api, body)[1]
         if problem is None and not too_large and api == "messages":
             problem = compaction_problem(request.headers.get("anthropic-beta"), body)
-        ok = problem is None and not too_large
-        fault = self._faults.popleft() if self._faults and ok else None
+        fake = self._arrived(api, request, body, valid=problem is None and not too_large)
+        fault = fake.fault
+        if too_large:
+            return error_response(anthropic, 413, serial)
+        if problem is not None:
+            return error_response(anthropic, 400, serial, problem)
+        if fault is not None and fault.kind != "slow":
+            return self._fault(fake, fault, serial, anthropic)
+        reply = await self._reply(fake)
+        if isinstance(reply, str):
+            return error_response(anthropic, 400, serial, reply)
+        return _render(fake, make_turn(fake, reply, serial), _id_header(anthropic, serial))
+
+    def _arrived(self, api: Api, request: Request, body: Any, *, valid: bool) -> FakeRequest:
+        """A model call as recorded, with the next queued fault if it is `valid`."""
+        fault = self._faults.popleft() if self._faults and valid else None
         fake = FakeRequest(
             api,
             request.method,
@@ -173,22 +182,21 @@ class FakeModelServer(AsyncResource):
             fault,
         )
         self._record(fake)
-        if too_large:
-            return error_response(anthropic, 413, serial)
-        if problem is not None:
-            return error_response(anthropic, 400, serial, problem)
-        if fault is not None and fault.kind != "slow":
-            return self._fault(fake, fault, serial, anthropic)
-        if fault is not None:
-            await asyncio.sleep(fault.seconds)
+        return fake
+
+    async def _reply(self, request: FakeRequest) -> Reply | str:
+        """The policy's reply, after a `slow` fault's pause and then the reply's own
+        delay; the error to answer 400 with if the policy raised."""
+        if request.fault is not None:
+            await asyncio.sleep(request.fault.seconds)
         try:
-            reply = await self._policy(fake)
+            reply = await self._policy(request)
         except Exception as exc:
             self.errors.append(exc)
-            return error_response(anthropic, 400, serial, f"fake model policy: {exc!r}")
+            return f"fake model policy: {exc!r}"
         if reply.delay:
             await asyncio.sleep(reply.delay)
-        return _render(fake, make_turn(fake, reply, serial), _id_header(anthropic, serial))
+        return reply
 
     def _record(self, request: FakeRequest) -> None:
         if self.record:

@@ -11,9 +11,17 @@ from .._http import Headers
 from ._fake_model_images import FakeImage, images_of
 from ._fake_model_reply import Fault
 
-__all__ = ["Api", "FakeRequest"]
+__all__ = ["Api", "FakeRequest", "json_body"]
 
 Api = Literal["chat", "responses", "messages", "models", "converse"]
+
+
+def json_body(body: bytes) -> Any:
+    """A request body as JSON; None when it is not (the request's check then says so)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
