@@ -237,7 +237,10 @@ class EnvClient(AsyncResource):
             if not fut.done():
                 fut.set_exception(exc)
         if self._transport is not None:
-            self._transport.close()
+            # Dropped once lost, so the transport and its protocol (which points back
+            # here) leave no reference cycle behind.
+            transport, self._transport = self._transport, None
+            transport.close()
 
     # -- capabilities ----------------------------------------------------------------------
 

@@ -79,8 +79,9 @@ class MemoryTransport(asyncio.Transport):
             return
         self._closing = True
         self._loop.call_soon(self._protocol.connection_lost, None)
-        if self._peer is not None:
-            self._peer.close()
+        peer, self._peer = self._peer, None  # no pair cycle left for the collector
+        if peer is not None:
+            peer.close()
 
     def abort(self) -> None:
         self.close()

@@ -446,7 +446,8 @@ class _Connection(Pipe):
             self.server._sockets -= 1
         self.server._connections.discard(self)
         if self.session is not None:
-            self.session.detach()
+            session, self.session = self.session, None  # the session points back here
+            session.detach()
         if self.opening is not None:  # nobody is left to splice to
             self.opening.cancel()
         self.transport = None

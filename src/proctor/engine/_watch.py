@@ -49,7 +49,8 @@ class SubstrateWatch:
         if self.died is not None:
             self.died.remove_done_callback(self._ended)
         if self.unwatch is not None:
-            self.unwatch()
+            unwatch, self.unwatch = self.unwatch, None  # it holds our bound method
+            unwatch()
         if self.timer is not None:
             self.timer.cancel()
         if self.cause is None:

@@ -43,7 +43,8 @@ class TaskRunner:
         self._gen: AsyncGenerator[Any, Any] | None = None
         self._plan = template.plan()
         self._before: tuple[str, Snapshot] | None = None
-        self._ctx = Context(lambda: template.task_view(self._kwargs), self._plan.objects)
+        kwargs = self._kwargs  # not `self`: the closure would make a reference cycle
+        self._ctx = Context(lambda: template.task_view(kwargs), self._plan.objects)
 
     @property
     def task_id(self) -> str:
