@@ -37,8 +37,9 @@ from .._tempdirs import owned_tempdir
 from ._browser_input import cdp_key, perform
 from ._cdp import CdpError, CdpMux, InternalClient
 from ._computer_actions import Action, FrameOptions
-from ._computer_server import MAX_LINE, serve_computer
+from ._computer_server import serve_computer
 from ._desktop import _open_log, _tail, die_with_parent
+from ._line_protocol import MAX_LINE
 from ._websocket import WebSocket, accept_key
 
 __all__ = ["BrowserServer"]

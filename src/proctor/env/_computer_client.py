@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from .._errors import ConnectionLost, ProtocolError, RemoteError
+from .._errors import ConnectionLost, ProtocolError
 from .._urls import host_port, unix_path
-from ._computer_server import MAX_LINE
+from ._line_protocol import MAX_LINE, read_reply
 
 __all__ = ["DesktopClient", "Frame"]
 
@@ -174,16 +174,7 @@ class DesktopClient:
         line = await reader.readline()
         if not line.endswith(b"\n"):
             raise ConnectionLost(f"{self.url}: connection closed before the reply")
-        try:
-            reply = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise ProtocolError(f"{self.url}: reply is not JSON: {exc}") from None
-        if not isinstance(reply, dict):
-            raise ProtocolError(f"{self.url}: reply is not an object")
-        error = reply.get("error")
-        if isinstance(error, dict):
-            raise RemoteError(int(error.get("code", 0)), str(error.get("message", "")))
-        result = reply.get("result")
+        result = read_reply(line, f"{self.url}: reply").get("result")
         if not isinstance(result, dict):
             raise ProtocolError(f"{self.url}: reply has no result object")
         meta = result.get("frame")

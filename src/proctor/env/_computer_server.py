@@ -26,15 +26,12 @@ from typing import Any, Protocol
 import orjson
 
 from ._computer_actions import Action, FrameOptions, frame_options, validate_actions
+from ._line_protocol import BAD_REQUEST, FAILED, MAX_LINE, TOO_LARGE, LineError, read_request
 
 __all__ = ["ComputerBackend", "serve_computer"]
 
 log = logging.getLogger("proctor.env.computer")
 
-MAX_LINE = 64 * 1024 * 1024
-BAD_REQUEST = -32602
-FAILED = -32000
-TOO_LARGE = -32600
 MIN_INTERVAL_MS = 50
 
 
@@ -62,12 +59,6 @@ class ComputerBackend(Protocol):
     async def cursor(self) -> tuple[int, int]:
         """The pointer position."""
         ...
-
-
-class _Refused(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 async def serve_computer(
@@ -99,27 +90,17 @@ async def serve_computer(
 async def _answer(backend: ComputerBackend, line: bytes, writer: asyncio.StreamWriter) -> None:
     rid: Any = None
     try:
-        req = _request(line)
+        req = read_request(line)
         rid = req.get("id")
         op = req.get("op")
         if op == "subscribe":
             await _subscribe(backend, req, rid, writer)
             return
         result, image = await _run(backend, req, op)
-    except _Refused as exc:
+    except LineError as exc:
         _reply(writer, rid, error=(exc.code, str(exc)))
         return
     _reply(writer, rid, result, image)
-
-
-def _request(line: bytes) -> dict[str, Any]:
-    try:
-        req = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise _Refused(BAD_REQUEST, f"not JSON: {exc}") from None
-    if not isinstance(req, dict):
-        raise _Refused(BAD_REQUEST, "a request is a JSON object")
-    return req
 
 
 _KEYS = {
@@ -135,10 +116,10 @@ async def _run(
     backend: ComputerBackend, req: dict[str, Any], op: Any
 ) -> tuple[dict[str, Any], bytes | None]:
     if op not in _KEYS:
-        raise _Refused(BAD_REQUEST, f"op: {op!r} is not one of {', '.join(_KEYS)}")
+        raise LineError(BAD_REQUEST, f"op: {op!r} is not one of {', '.join(_KEYS)}")
     unknown = set(req) - _KEYS[op]
     if unknown:
-        raise _Refused(BAD_REQUEST, f"{op}: unknown field {sorted(unknown)[0]!r}")
+        raise LineError(BAD_REQUEST, f"{op}: unknown field {sorted(unknown)[0]!r}")
     if op == "info":
         return _info(backend), None
     if op == "cursor":
@@ -152,14 +133,14 @@ async def _run(
             else []
         )
     except ValueError as exc:
-        raise _Refused(BAD_REQUEST, str(exc)) from None
+        raise LineError(BAD_REQUEST, str(exc)) from None
     async with backend.lock:
         if actions:
             try:
                 await backend.perform(actions)
             except Exception as exc:
                 log.debug("computer action failed", exc_info=True)
-                raise _Refused(FAILED, f"{op}: an action failed: {exc}") from None
+                raise LineError(FAILED, f"{op}: an action failed: {exc}") from None
         if options is None:
             return {"done": len(actions)}, None
         return await _framed(backend, options, {"done": len(actions)})
@@ -173,7 +154,7 @@ async def _framed(
         x, y = await backend.cursor()
     except Exception as exc:
         log.debug("computer frame failed", exc_info=True)
-        raise _Refused(FAILED, f"frame: {exc}") from None
+        raise LineError(FAILED, f"frame: {exc}") from None
     meta = {"format": options.format, "width": width, "height": height, "bytes": len(image)}
     return {**result, "frame": meta, "cursor": {"x": x, "y": y}}, image
 
@@ -193,17 +174,17 @@ async def _subscribe(
 ) -> None:
     """Push a frame every `interval_ms` until the peer goes away (read-only)."""
     if not backend.live_view:
-        raise _Refused(BAD_REQUEST, "subscribe: the live view is off for this capability")
+        raise LineError(BAD_REQUEST, "subscribe: the live view is off for this capability")
     unknown = set(req) - _KEYS["subscribe"]
     if unknown:
-        raise _Refused(BAD_REQUEST, f"subscribe: unknown field {sorted(unknown)[0]!r}")
+        raise LineError(BAD_REQUEST, f"subscribe: unknown field {sorted(unknown)[0]!r}")
     interval = req.get("interval_ms", 500)
     if type(interval) is not int or interval < MIN_INTERVAL_MS:
-        raise _Refused(BAD_REQUEST, f"interval_ms: an integer >= {MIN_INTERVAL_MS}")
+        raise LineError(BAD_REQUEST, f"interval_ms: an integer >= {MIN_INTERVAL_MS}")
     try:
         options = frame_options(req.get("frame"))
     except ValueError as exc:
-        raise _Refused(BAD_REQUEST, str(exc)) from None
+        raise LineError(BAD_REQUEST, str(exc)) from None
     while not writer.is_closing():
         async with backend.lock:
             result, image = await _framed(backend, options, {})

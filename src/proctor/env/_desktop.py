@@ -28,8 +28,9 @@ from typing import Any, BinaryIO
 from .._environ import allowed_environ
 from .._tempdirs import owned_tempdir
 from ._computer_actions import Action, FrameOptions
-from ._computer_server import MAX_LINE, serve_computer
+from ._computer_server import serve_computer
 from ._frames import encode_bgrx
+from ._line_protocol import MAX_LINE
 from ._x11 import XDisplay, char_keysym, keysym
 
 __all__ = ["DesktopServer", "die_with_parent"]

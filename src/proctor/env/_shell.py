@@ -58,13 +58,9 @@ import orjson
 from .._environ import allowed_environ
 from .._errors import ProtocolError
 from .._tempdirs import owned_tempdir
+from ._line_protocol import BAD_REQUEST, FAILED, MAX_LINE, TOO_LARGE, LineError, read_request
 
 __all__ = ["MAX_LINE", "ShellResult", "ShellServer"]
-
-MAX_LINE = 64 * 1024 * 1024
-BAD_REQUEST = -32602
-CANNOT_START = -32000
-TOO_LARGE = -32600
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +102,6 @@ class ShellResult:
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed shell reply: {exc!r}") from None
         return result
-
-
-class _CommandError(Exception):
-    """A request the server cannot run; becomes an error reply."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class ShellServer:
@@ -320,11 +308,11 @@ class ShellServer:
     async def _answer(self, line: bytes, writer: asyncio.StreamWriter) -> None:
         rid: Any = None
         try:
-            req = _request(line)
+            req = read_request(line)
             rid = req.get("id")
             result = await self._run_request(req)
             reply: dict[str, Any] = {"id": rid, **result.to_wire()}
-        except _CommandError as exc:
+        except LineError as exc:
             reply = {"id": rid, "error": {"code": exc.code, "message": str(exc)}}
         writer.write(orjson.dumps(reply) + b"\n")
         with contextlib.suppress(ConnectionError):
@@ -332,19 +320,19 @@ class ShellServer:
 
     async def _run_request(self, req: dict[str, Any]) -> ShellResult:
         if not isinstance(req.get("command"), str):
-            raise _CommandError(BAD_REQUEST, "command must be a string")
+            raise LineError(BAD_REQUEST, "command must be a string")
         timeout = req.get("timeout")
         if timeout is not None and not _positive(timeout):
-            raise _CommandError(BAD_REQUEST, f"timeout must be a positive number, not {timeout!r}")
+            raise LineError(BAD_REQUEST, f"timeout must be a positive number, not {timeout!r}")
         max_output = req.get("max_output")
         if max_output is not None and not (_positive(max_output) and type(max_output) is int):
-            raise _CommandError(BAD_REQUEST, "max_output must be a positive integer")
+            raise LineError(BAD_REQUEST, "max_output must be a positive integer")
         for key in ("cwd", "stdin"):
             if req.get(key) is not None and not isinstance(req[key], str):
-                raise _CommandError(BAD_REQUEST, f"{key} must be a string")
+                raise LineError(BAD_REQUEST, f"{key} must be a string")
         env = req.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise _CommandError(BAD_REQUEST, "env must map names to strings")
+            raise LineError(BAD_REQUEST, "env must map names to strings")
         try:
             return await self.run(
                 req["command"],
@@ -355,17 +343,7 @@ class ShellServer:
                 max_output=max_output,
             )
         except (OSError, ValueError) as exc:
-            raise _CommandError(CANNOT_START, f"cannot start: {exc}") from None
-
-
-def _request(line: bytes) -> dict[str, Any]:
-    try:
-        req = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise _CommandError(BAD_REQUEST, f"not JSON: {exc}") from None
-    if not isinstance(req, dict):
-        raise _CommandError(BAD_REQUEST, "a request is a JSON object")
-    return req
+            raise LineError(FAILED, f"cannot start: {exc}") from None
 
 
 async def _next_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:

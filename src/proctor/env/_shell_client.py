@@ -8,9 +8,10 @@ from typing import Any
 
 import orjson
 
-from .._errors import ConnectionLost, ProtocolError, RemoteError
+from .._errors import ConnectionLost
 from .._urls import host_port, unix_path
-from ._shell import MAX_LINE, ShellResult
+from ._line_protocol import MAX_LINE, read_reply
+from ._shell import ShellResult
 
 __all__ = ["ShellClient"]
 
@@ -92,13 +93,4 @@ class ShellClient:
 
 
 def _reply(line: bytes, url: str) -> ShellResult:
-    try:
-        reply = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"{url}: shell reply is not JSON: {exc}") from None
-    if not isinstance(reply, dict):
-        raise ProtocolError(f"{url}: shell reply is not an object")
-    error = reply.get("error")
-    if isinstance(error, dict):
-        raise RemoteError(int(error.get("code", 0)), str(error.get("message", "")))
-    return ShellResult.from_wire(reply)
+    return ShellResult.from_wire(read_reply(line, f"{url}: shell reply"))
