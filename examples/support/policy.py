@@ -43,12 +43,12 @@ def user_policy(request: FakeRequest) -> Reply:
     """The customer's next line (the model sees the agent as `user`, itself as `assistant`)."""
     system = next(str(m["content"]) for m in request.messages if m["role"] == "system")
     order = _ORDER.search(system)
-    said = sum(1 for m in request.messages if m["role"] == "assistant")
+    heard = sum(1 for m in request.messages if m["role"] == "user")  # the agent's messages
     if order is None:
         return Reply(text="###DONE###")
-    if said == 0:
+    if heard == 1:
         return Reply(text=f"My order {order[1]} arrived broken.")
-    if said == 1:
+    if heard == 2:
         return Reply(text="Yes, refund it please.")
     return Reply(text="Thanks! ###DONE###")
 

@@ -1,0 +1,92 @@
+"""`examples/support` end to end through `proctor run`: a scripted customer and one a
+model plays on the fake model server, the dialogue on the trace, in the record and in
+the grade the template computed from it."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from proctor.testing import FakeModelServer
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "support"
+OPENING = "Hi, something I ordered arrived broken. Can you help?"
+
+
+def _user_policy() -> Any:
+    """`examples/support/policy.py`'s customer, loaded by path (beside its `env`)."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        spec = importlib.util.spec_from_file_location("support_policy", EXAMPLE / "policy.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    return module.user_policy
+
+
+async def _proctor_run(tmp: Path, *flags: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    out = tmp / "runs.jsonl"
+    argv = [sys.executable, "-m", "proctor.cli", "run", str(EXAMPLE / "tasks.py"), "-v"]
+    argv += ["--output", str(out), "--output-dir", str(tmp / "record"), *flags]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=REPO,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode == 0, stderr.decode()[-3000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    return sorted((r for r in lines if "trace" in r), key=lambda r: r["task"]["args"]["order"])
+
+
+def _dialogue_steps(run: dict[str, Any]) -> list[tuple[str, str]]:
+    steps = run["trace"]["steps"]
+    return [(s["kind"], s["content"]) for s in steps if (s.get("data") or {}).get("dialogue")]
+
+
+def _check(run: dict[str, Any], order: str) -> None:
+    assert run["status"] == "completed" and run["reward"] == 1.0, run["grade"]
+    assert run["trace"]["content"] == f"REFUND {order}"
+    spoken = _dialogue_steps(run)
+    assert [kind for kind, _ in spoken] == ["assistant", "user", "assistant", "user", "assistant"]
+    assert spoken[2] == ("assistant", f"Shall I refund order {order}?")
+    dialogue = run["grade"]["info"]["dialogue"]  # the environment's side, as graded
+    assert dialogue[0] == {**dialogue[0], "role": "user", "text": OPENING}
+    assert [(m["role"], m["text"]) for m in dialogue[1:]] == [
+        ("agent" if kind == "assistant" else "user", text) for kind, text in spoken
+    ]
+
+
+async def test_a_scripted_customer_in_a_child_process(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SUPPORT_USER_URL"}
+    [run] = await _proctor_run(tmp_path, "--runtime", "subprocess", env=env)
+    _check(run, "4417")
+    assert _dialogue_steps(run)[1] == ("user", "It's order 4417: the teapot arrived broken.")
+    record = tmp_path / "record" / "rollouts"
+    traces = [p.read_text() for p in record.glob("*/trace.jsonl")]
+    assert len(traces) == 1 and "It's order 4417" in traces[0]
+
+
+async def test_a_customer_a_model_plays(tmp_path: Path) -> None:
+    async with FakeModelServer(_user_policy()) as fake:
+        env = {**os.environ, "SUPPORT_USER_URL": fake.url}
+        scripted, played = await _proctor_run(tmp_path, env=env)
+        user_calls = [r for r in fake.requests if r.api == "chat"]
+    _check(scripted, "4417")
+    _check(played, "5120")
+    assert _dialogue_steps(played)[1] == ("user", "My order 5120 arrived broken.")
+    assert len(user_calls) == 3  # two replies, then the model ends the dialogue
+    system = user_calls[0].messages[0]
+    assert system["role"] == "system" and "order 5120" in system["content"]
+    assert user_calls[-1].messages[1] == {"role": "assistant", "content": OPENING}
