@@ -4,7 +4,8 @@ The image is a root filesystem holding only what `python -m proctor.serve` needs
 the interpreter and the shared libraries it links (found with `ldd`), the standard
 library (without its tests, IDLE, Tk and the like), and the installed files of the
 requested distributions and their dependencies, each at the same path as on this
-machine (an editable install brings its source folder). It is loaded with
+machine (an editable install brings its source folder). With `computer=True` it
+also holds what a desktop and a browser need (`_image_computer`). It is loaded with
 `podman import` / `docker import` (no registry, no Dockerfile) and tagged with a hash
 of its content, so building again with nothing changed is a lookup.
 """
@@ -31,11 +32,13 @@ from typing import IO
 
 from .._errors import RuntimeLaunchError
 from ._container import Engine, resolve_engine
+from ._image_computer import CHROMIUM, CHROMIUM_SKIP, DISTRIBUTIONS, LINKS, computer_files
 
 __all__ = ["python_image"]
 
 DEFAULT_REPOSITORY = "localhost/proctor-python"
-_FORMAT = b"proctor-python-image/1"  # bump when the layout below changes
+COMPUTER_REPOSITORY = "localhost/proctor-computer"
+_FORMAT = b"proctor-python-image/2"  # bump when the layout below changes
 # Top-level names in the standard library folder that a server never needs.
 _STDLIB_SKIP = frozenset(
     {"site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
@@ -44,6 +47,7 @@ _SKIP_DIRS = frozenset({"test", "tests"})  # anywhere in the standard library
 _CACHES = frozenset({"__pycache__"})  # in source folders: bytecode is made afresh
 _SKIP_FILE = re.compile(r"\.opt-[12]\.pyc$")  # bytecode for -O and -OO only
 _DYNLOAD_SKIP = re.compile(r"^(_tkinter|_test|_xx|xx|_ctypes_test)")
+_TK = frozenset({"tkinter"})  # kept with computer=True: desktop apps may use it
 _KEEP = 3  # newest images of the repository kept when a new one is built
 _ETC = {
     "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
@@ -56,7 +60,8 @@ def python_image(
     engine: Engine | None = None,
     distributions: Sequence[str] = ("proctor",),
     paths: Sequence[str | Path] = (),
-    repository: str = DEFAULT_REPOSITORY,
+    repository: str | None = None,
+    computer: bool = False,
 ) -> str:
     """Build (or find) an image of this interpreter with `distributions` installed.
 
@@ -66,26 +71,38 @@ def python_image(
     (`sys.executable`), so `ContainerRuntime(image, source)` can run
     `python -m proctor.serve` in it; there is no shell or other program.
 
+    With `computer=True` the image also runs `env.add_desktop` and `env.add_browser`:
+    it holds Xvfb and xkbcomp (and `/bin/sh`, which Xvfb runs xkbcomp with), the X
+    libraries proctor loads with ctypes, Pillow, tkinter with Tcl/Tk, fonts and
+    fontconfig, and chromium (`chromium` on `PATH`); about 40 s the first time and
+    ~560 MB (chromium is 300 MB of it).
+
     Args:
         engine: "podman" or "docker"; default: whichever is installed (podman first).
         distributions: installed distributions to include, with their requirements
             (extras not included; list them by name).
         paths: more files or folders of this machine to include at the same path,
             for example the folder of an environment source.
-        repository: image name; the tag is the content hash.
+        repository: image name; the tag is the content hash. Default:
+            `localhost/proctor-python`, or `localhost/proctor-computer` with `computer`.
+        computer: include what desktops and browsers need (from this machine:
+            `make sysdeps` installs it).
 
     Returns:
         The image reference, `repository:hash`.
 
     Raises:
         RuntimeLaunchError: no engine, or the engine refused the import.
-        ValueError: a distribution is not installed or a path does not exist.
+        ValueError: a distribution is not installed, a path does not exist, or (with
+            `computer`) a program or library is missing here.
     """
     exe = resolve_engine(engine)
     files = _Files()
-    files.add_python()
-    for name in _closure(distributions):
+    files.add_python(tk=computer)
+    for name in _closure([*distributions, *(DISTRIBUTIONS if computer else ())]):
         files.add_distribution(name)
+    if computer:
+        files.add_computer()
     for extra in paths:
         if not os.path.lexists(extra):
             raise ValueError(f"python_image: {extra} does not exist")
@@ -96,6 +113,7 @@ def python_image(
         "ENV PYTHONDONTWRITEBYTECODE=1",
         "WORKDIR /",
     ]
+    repository = repository or (COMPUTER_REPOSITORY if computer else DEFAULT_REPOSITORY)
     ref = f"{repository}:{files.digest(changes)[:16]}"
     if not _exists(exe, ref):
         _import(exe, ref, files, changes)
@@ -131,6 +149,7 @@ class _Files:
     def __init__(self) -> None:
         self.entries: set[str] = set()  # absolute paths
         self.elves: list[str] = []  # shared objects whose libraries we need
+        self.links: dict[str, str] = {}  # symlinks made in the image: name -> target
 
     def add(self, path: str, depth: int = 0) -> None:
         """Add `path`, following symlinks in any component (kept as symlinks)."""
@@ -178,8 +197,9 @@ class _Files:
                 if not _SKIP_FILE.search(name):
                     self.add(os.path.join(dirpath, name))
 
-    def add_python(self) -> None:
-        """The interpreter (through its symlinks), its venv config and its stdlib."""
+    def add_python(self, tk: bool = False) -> None:
+        """The interpreter (through its symlinks), its venv config and its stdlib
+        (with `tk`, tkinter and `_tkinter` too)."""
         self.add(sys.executable)
         self.elves.append(os.path.realpath(sys.executable))
         cfg = os.path.join(sys.prefix, "pyvenv.cfg")
@@ -187,12 +207,24 @@ class _Files:
             self.add(cfg)
         stdlib = sysconfig.get_paths()["stdlib"]
         config = os.path.basename(sysconfig.get_config_var("LIBPL") or "config")
-        self.add_tree(stdlib, _STDLIB_SKIP | {config, "lib-dynload"}, _SKIP_DIRS)
+        skip = _STDLIB_SKIP - _TK if tk else _STDLIB_SKIP
+        self.add_tree(stdlib, skip | {config, "lib-dynload"}, _SKIP_DIRS)
         dynload = os.path.join(stdlib, "lib-dynload")
         self.add(dynload)
         for name in sorted(os.listdir(dynload)):
-            if not _DYNLOAD_SKIP.match(name):
+            if not _DYNLOAD_SKIP.match(name) or (tk and name.startswith("_tkinter.")):
                 self.add(os.path.join(dynload, name))
+
+    def add_computer(self) -> None:
+        """What desktops and browsers need (`_image_computer`), with `chromium` on `PATH`."""
+        found = computer_files()
+        for path in found.elves:
+            self.add(path)
+            self.elves.append(os.path.realpath(path))
+        for path in found.paths:
+            self.add_tree(path)
+        self.add_tree(CHROMIUM, skip=CHROMIUM_SKIP)
+        self.links.update(LINKS)
 
     def add_distribution(self, name: str) -> None:
         """A distribution's recorded files; an editable install's source folders too."""
@@ -213,7 +245,7 @@ class _Files:
             ["ldd", *self.elves], capture_output=True, text=True, check=False
         ).stdout
         for lib in sorted(set(re.findall(r"(?:=> |^\s+)(/\S+) \(0x", found, re.MULTILINE))):
-            self.add(lib)
+            self.add(os.path.normpath(lib))  # an $ORIGIN/../ rpath leaves `..` in
 
     def members(
         self, compiled: bool = False
@@ -234,7 +266,7 @@ class _Files:
             yield info, data
         bytecode = self.bytecode() if compiled else {}
         made_dirs = {os.path.dirname(p) for p in bytecode} - self.entries
-        fixed = {*dirs, *_ETC}  # a project below /tmp must not add /tmp twice
+        fixed = {*dirs, *_ETC, *self.links}  # a project below /tmp must not add /tmp twice
         for path in sorted({*self.entries, *bytecode, *made_dirs}):
             if path.lstrip("/") in fixed:
                 continue
@@ -259,6 +291,10 @@ class _Files:
                 info.size = st.st_size
                 yield info, path
             # sockets, fifos and devices have no place in an image
+        for name, target in sorted(self.links.items()):  # after their folders
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            yield info, None
 
     def bytecode(self) -> dict[str, bytes]:
         """Timestamp-checked bytecode (PEP 552) for each `.py` file lacking a current one."""
