@@ -26,16 +26,22 @@ function setText(root, selector, text) {
 
 const fmtRate = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "/s");
 
+// A cell holding one link, appended to the row; returns the link.
+function linkCell(tr, cls, href, text) {
+  const td = document.createElement("td");
+  const a = document.createElement("a");
+  a.className = cls;
+  a.href = href;
+  a.textContent = text;
+  td.appendChild(a);
+  tr.appendChild(td);
+  return a;
+}
+
 function batchRow(b) {
   const tr = document.createElement("tr");
   tr.dataset.batch = b.name;
-  const td = document.createElement("td");
-  const a = document.createElement("a");
-  a.className = "batch-link";
-  a.href = "/b/" + encodeURIComponent(b.name);
-  a.textContent = b.name;
-  td.appendChild(a);
-  tr.appendChild(td);
+  linkCell(tr, "batch-link", "/b/" + encodeURIComponent(b.name), b.name);
   for (const cls of ["counts", "throughput num", "mean-reward num", "cost num", "started", "finished"]) {
     const cell = document.createElement("td");
     cell.className = cls;
@@ -127,14 +133,7 @@ function rolloutsTable() {
   function row(r) {
     const tr = document.createElement("tr");
     tr.dataset.rollout = r.id;
-    const td = document.createElement("td");
-    const a = document.createElement("a");
-    a.className = "rollout-link";
-    a.href = table.dataset.base + encodeURIComponent(r.id);
-    a.textContent = r.id;
-    a.title = r.id;
-    td.appendChild(a);
-    tr.appendChild(td);
+    linkCell(tr, "rollout-link", table.dataset.base + encodeURIComponent(r.id), r.id).title = r.id;
     cell(tr, r.task ?? "");
     cell(tr, r.agent ?? "-");
     cell(tr, r.model ?? "-");
