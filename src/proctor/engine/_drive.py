@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -313,7 +313,7 @@ async def _grade(
     """Grading, then the verifier's if the task names one; a judge session open for both."""
     run = phases.run
     phases.enter("grading")
-    with _judging(run, judge):
+    with _judging(run, judge) if judge is not None else _UNLIMITED:
         async with _scope(limits.grade, run):
             await run.submit()
         if run.task.verifier is not None:
@@ -388,24 +388,43 @@ async def _abandon(run: Run, stack: AsyncExitStack, limit: float) -> None:
             log.debug("teardown of failed rollout %s also failed: %r", run.slug, exc)
 
 
-@contextlib.asynccontextmanager
-async def _scope(limit: float | None, run: Run) -> AsyncIterator[None]:
-    """A deadline that, when it fires, names the phase the run was in.
+def _scope(limit: float | None, run: Run) -> contextlib.AbstractAsyncContextManager[None]:
+    """A deadline that, when it fires, names the phase the run was in; no limit, no
+    scope (a shared no-op: a rollout enters several unlimited phases).
 
     Only this deadline becomes `RolloutTimeout`: a `TimeoutError` raised inside (an
     agent's own, `ConnectTimeout`, an inner scope's) passes through unchanged.
     """
-    if limit is None:
-        yield
-        return
-    deadline = asyncio.timeout(limit)
-    try:
-        async with deadline:
-            yield
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        raise RolloutTimeout(run.phase, limit) from None
+    return _UNLIMITED if limit is None else _Deadline(limit, run)
+
+
+class _Deadline:
+    """`_scope` with a limit: an `asyncio.timeout` whose expiry names the phase."""
+
+    __slots__ = ("limit", "run", "timeout")
+
+    def __init__(self, limit: float, run: Run) -> None:
+        self.limit = limit
+        self.run = run
+        self.timeout = asyncio.timeout(limit)
+
+    async def __aenter__(self) -> None:
+        await self.timeout.__aenter__()
+
+    async def __aexit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        try:
+            await self.timeout.__aexit__(typ, exc, tb)
+        except TimeoutError:
+            if not self.timeout.expired():
+                raise
+            raise RolloutTimeout(self.run.phase, self.limit) from None
+        if typ is not None and issubclass(typ, TimeoutError) and self.timeout.expired():
+            raise RolloutTimeout(self.run.phase, self.limit) from None
+
+
+_UNLIMITED = contextlib.nullcontext()
 
 
 def default_runtime() -> RuntimeLike:

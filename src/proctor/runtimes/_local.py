@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -55,15 +54,7 @@ class LocalRuntime(Runtime):
         return f"LocalRuntime({self.source!r})"
 
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
-        return self._endpoint(task.env)
-
-    @contextlib.asynccontextmanager
-    async def _endpoint(self, env_name: str) -> AsyncIterator[Endpoint]:
-        server = await self._acquire(env_name)
-        try:
-            yield Endpoint(f"memory://{server.env.name}", server, token=self._token)
-        finally:
-            await asyncio.shield(self._release())
+        return _Lease(self, task.env)
 
     async def __aenter__(self) -> LocalRuntime:
         await self._acquire(self.env_name)
@@ -122,6 +113,25 @@ class LocalRuntime(Runtime):
             raise RuntimeLaunchError(
                 f"task wants environment {env_name!r} but {self.source!r} serves {env.name!r}"
             )
+
+
+class _Lease:
+    """One rollout's hold on the runtime's server: acquired on entry, released on exit
+    (shielded, so a cancelled rollout still lets go)."""
+
+    __slots__ = ("env_name", "runtime")
+
+    def __init__(self, runtime: LocalRuntime, env_name: str) -> None:
+        self.runtime = runtime
+        self.env_name = env_name
+
+    async def __aenter__(self) -> Endpoint:
+        runtime = self.runtime
+        server = await runtime._acquire(self.env_name)
+        return Endpoint(f"memory://{server.env.name}", server, token=runtime._token)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.shield(self.runtime._release())
 
 
 async def _resolve(source: EnvSource, env_name: str | None) -> Environment:
