@@ -102,17 +102,7 @@ class Environment(Scoring):
         through the returned server's `run()`. Arguments are `ShellServer`'s.
         """
         server = ShellServer(cwd=cwd, env=env, shell=shell, timeout=timeout, max_output=max_output)
-        self._servers[name] = server
-
-        async def start_shell() -> None:
-            self.add_capability(Capability(name, "shell", await server.start()))
-
-        async def stop_shell() -> None:
-            self._capabilities.pop(name, None)
-            await server.aclose()
-
-        self.initialize(start_shell)
-        self.shutdown(stop_shell)
+        self._serve_capability(name, "shell", server)
         return server
 
     def add_desktop(
@@ -204,18 +194,8 @@ class Environment(Scoring):
         clients reach it only through `tunnel.open` (`run.binding(name)`). Needs
         `pip install 'proctor[mcp]'`.
         """
-        http = McpHttpServer(server, path=path)
-        self._servers[name] = server
-
-        async def start_mcp() -> None:
-            self.add_capability(Capability(name, "mcp", await http.start()))
-
-        async def stop_mcp() -> None:
-            self._capabilities.pop(name, None)
-            await http.aclose()
-
-        self.initialize(start_mcp)
-        self.shutdown(stop_mcp)
+        self._serve_capability(name, "mcp", McpHttpServer(server, path=path))
+        self._servers[name] = server  # task code gets the MCP server, not its HTTP front
 
     def capability(self, name: str) -> Capability:
         """The declared capability called `name` (KeyError if none)."""
