@@ -8,11 +8,14 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from proctor.testing import FakeModelServer
+from proctor.view import ViewServer
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "support"
@@ -76,6 +79,23 @@ async def test_a_scripted_customer_in_a_child_process(tmp_path: Path) -> None:
     record = tmp_path / "record" / "rollouts"
     traces = [p.read_text() for p in record.glob("*/trace.jsonl")]
     assert len(traces) == 1 and "It's order 4417" in traces[0]
+    [rid] = [p.name for p in record.iterdir() if p.is_dir()]
+    page = await _rollout_page(tmp_path / "record", rid)
+    shown = re.search(
+        r'<div class="item" data-kind="dialogue" id="dialogue">(.*?)data-kind="answer"', page, re.S
+    )
+    assert shown is not None, page[-3000:]
+    roles = re.findall(r'data-role="(\w+)"', shown[1])
+    assert roles == ["agent", "user", "agent", "user", "agent"]
+    assert "It&#39;s order 4417: the teapot arrived broken." in shown[1]
+
+
+async def _rollout_page(record: Path, rid: str) -> str:
+    """The dashboard's page of one rollout, from a real `ViewServer`."""
+    async with ViewServer([record]) as view:
+        url = f"{view.url}b/{record.name}/r/{rid}"
+        with await asyncio.to_thread(urllib.request.urlopen, url, timeout=60) as response:
+            return str(response.read().decode())
 
 
 async def test_a_customer_a_model_plays(tmp_path: Path) -> None:

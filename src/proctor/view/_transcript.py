@@ -88,6 +88,7 @@ def shape_rollout(detail: dict[str, Any]) -> dict[str, Any]:
         "usage": _dict(record.get("usage")),
         "prompt": _frame_urls(parts(record.get("prompt")), rid),
         "entries": _frame_urls(entries, rid),
+        "dialogue": dialogue(_steps(record, detail)),
         "harness": _harness(entries),
         "answer": answer,
         "grade": _grade(grade) if isinstance(grade, dict) else None,
@@ -96,6 +97,16 @@ def shape_rollout(detail: dict[str, Any]) -> dict[str, Any]:
         "attempts": detail.get("attempts") or [],
         "artifacts": detail.get("artifacts") or {},
     }
+
+
+def dialogue(steps: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A simulated user's conversation with the agent (steps marked `dialogue`, see
+    `proctor.agents.UserClient`), in order: `{"role": "agent" | "user", "text"}`."""
+    return [
+        {"role": "agent" if s.get("kind") == "assistant" else "user", "text": as_text(s["content"])}
+        for s in steps
+        if _dict(s.get("data")).get("dialogue") and s.get("kind") in ("assistant", "user")
+    ]
 
 
 def _frame_urls(value: Any, rid: Any) -> Any:
@@ -325,6 +336,8 @@ def _step(step: dict[str, Any]) -> dict[str, Any]:
             **_span(step),
         }
     label = f"{kind} {data['phase']}" if kind == "task" and data.get("phase") else kind
+    if data.get("dialogue"):
+        label = "said to the user" if kind == "assistant" else "the user replied"
     return {"kind": "step", "name": label, "parts": parts(content), **_span(step)}
 
 
