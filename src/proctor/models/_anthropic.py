@@ -23,6 +23,7 @@ import anthropic
 from ._client import ProviderAdapter, Reply, call_sdk, thinking_within
 from ._content import image_data, is_image
 from ._names import ModelSpec
+from ._turns import alternating_turns
 from ._types import Message, ToolSpec
 from ._wire import arguments_object, text_of
 
@@ -171,27 +172,14 @@ def add_breakpoints(body: dict[str, Any]) -> None:
 
 def anthropic_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], list[Message]]:
     """Chat messages as Anthropic `system` blocks and alternating turns (fresh dicts)."""
-    system: list[dict[str, Any]] = []
-    turns: list[Message] = []
-    for m in messages:
-        role = m.get("role")
-        if role == "system":
-            text = text_of(m.get("content"))
-            if text:
-                system.append({"type": "text", "text": text})
-            continue
-        if role == "assistant":
-            blocks = _assistant_blocks(m)
-        elif role == "tool":
-            blocks = [_tool_result(m)]
-        else:
-            blocks = _user_blocks(m.get("content"))
-        turn_role = "assistant" if role == "assistant" else "user"
-        if turns and turns[-1]["role"] == turn_role:
-            turns[-1]["content"].extend(blocks)  # Anthropic alternates roles
-        else:
-            turns.append({"role": turn_role, "content": blocks})
-    return system, turns
+    return alternating_turns(
+        messages,
+        system=lambda text: {"type": "text", "text": text},
+        assistant=_assistant_blocks,
+        tool=_tool_result,
+        user=_user_blocks,
+        empty_turns=True,
+    )
 
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from ._content import image_data, is_image
+from ._turns import alternating_turns
 from ._types import Message, ToolCall, ToolSpec, Usage
 from ._wire import arguments_object, brief, text_of
 
@@ -133,29 +134,14 @@ def _tool_choice(choice: Any) -> dict[str, Any] | None:
 
 def converse_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], list[Message]]:
     """Chat messages as Converse `system` blocks and alternating turns (fresh dicts)."""
-    system: list[dict[str, Any]] = []
-    turns: list[Message] = []
-    for m in messages:
-        role = m.get("role")
-        if role == "system":
-            text = text_of(m.get("content"))
-            if text:
-                system.append({"text": text})
-            continue
-        if role == "assistant":
-            blocks = _assistant_blocks(m)
-        elif role == "tool":
-            blocks = [_tool_result(m)]
-        else:
-            blocks = _user_blocks(m.get("content"))
-        turn_role = "assistant" if role == "assistant" else "user"
-        if not blocks:
-            continue  # Converse refuses an empty content list
-        if turns and turns[-1]["role"] == turn_role:
-            turns[-1]["content"].extend(blocks)  # Converse alternates roles
-        else:
-            turns.append({"role": turn_role, "content": blocks})
-    return system, turns
+    return alternating_turns(
+        messages,
+        system=lambda text: {"text": text},
+        assistant=_assistant_blocks,
+        tool=_tool_result,
+        user=_user_blocks,
+        empty_turns=False,  # Converse refuses an empty content list
+    )
 
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
