@@ -3,9 +3,8 @@ a SigV4-signed OpenAI-compatible endpoint, each request's signature checked."""
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
@@ -13,7 +12,7 @@ from .._http import Abort, Request, Response
 from ._fake_bedrock_converse import aws_error, converse_body, converse_problem
 from ._fake_bedrock_sigv4 import Refusal, _SignatureError, check_signature
 from ._fake_bedrock_stream import EVENTSTREAM, converse_events
-from ._fake_model import FakeModelServer, Policy, ReplyLike, echo
+from ._fake_model import FakeModelServer, Policy, ReplyLike, echo, paced
 from ._fake_model_reply import Fault, Reply
 from ._fake_model_request import FakeRequest, json_body
 from ._fake_model_turn import make_turn
@@ -156,7 +155,7 @@ class FakeBedrockServer(FakeModelServer):
         turn = make_turn(fake, reply, serial)
         if stream:
             headers = [("content-type", EVENTSTREAM), ("x-amzn-requestid", serial)]
-            return Response(200, headers, _paced(converse_events(turn), turn.chunk_delay))
+            return Response(200, headers, paced(converse_events(turn), turn.chunk_delay))
         return Response(200, [_JSON, ("x-amzn-requestid", serial)], converse_body(turn))
 
     def _converse_fault(
@@ -182,14 +181,3 @@ class FakeBedrockServer(FakeModelServer):
         if fault.kind in ("reset", "malformed_json"):  # the body cut short
             return Response(200, [kind], payload[: len(payload) // 2])
         return Response(200, [kind], payload)
-
-
-async def _paced(events: list[bytes], delay: float) -> AsyncIterator[bytes]:
-    """The events as one write, or one at a time `delay` seconds apart."""
-    if not delay:
-        yield b"".join(events)
-        return
-    for i, event in enumerate(events):
-        if i:
-            await asyncio.sleep(delay)
-        yield event

@@ -313,7 +313,7 @@ def _render(request: FakeRequest, turn: Turn, headers: list[tuple[str, str]]) ->
     payload = _payload(request, turn)
     if isinstance(payload, bytes):
         return Response(200, [_JSON, *headers], payload)
-    return Response(200, _SSE + headers, _paced(payload, turn.chunk_delay))
+    return Response(200, _SSE + headers, paced(payload, turn.chunk_delay))
 
 
 def _payload(request: FakeRequest, turn: Turn) -> bytes | list[bytes]:
@@ -332,8 +332,8 @@ def _payload(request: FakeRequest, turn: Turn) -> bytes | list[bytes]:
     return messages_body(turn)
 
 
-async def _paced(frames: list[bytes], delay: float) -> AsyncIterator[bytes]:
-    """The frames as one write, or one at a time `delay` seconds apart."""
+async def paced(frames: list[bytes], delay: float) -> AsyncIterator[bytes]:
+    """The frames (SSE or AWS events) as one write, or one at a time `delay` seconds apart."""
     if not delay:
         yield b"".join(frames)
         return
@@ -365,4 +365,4 @@ def _malformed(payload: bytes | list[bytes]) -> Response:
     frames = list(payload)
     middle = len(frames) // 2
     frames[middle] = frames[middle][: len(frames[middle]) // 2].rstrip(b"\n") + b"\n\n"
-    return Response(200, _SSE, _paced(frames, 0.0))
+    return Response(200, _SSE, paced(frames, 0.0))
