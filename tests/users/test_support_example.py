@@ -23,7 +23,12 @@ OPENING = "Hi, something I ordered arrived broken. Can you help?"
 
 
 def _user_policy() -> Any:
-    """`examples/support/policy.py`'s customer, loaded by path (beside its `env`)."""
+    """`examples/support/policy.py`'s customer."""
+    return _policy_module().user_policy
+
+
+def _policy_module() -> Any:
+    """`examples/support/policy.py`, loaded by path (beside its `env`)."""
     sys.path.insert(0, str(EXAMPLE))
     try:
         spec = importlib.util.spec_from_file_location("support_policy", EXAMPLE / "policy.py")
@@ -32,7 +37,7 @@ def _user_policy() -> Any:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(EXAMPLE))
-    return module.user_policy
+    return module
 
 
 async def _proctor_run(tmp: Path, *flags: str, env: dict[str, str]) -> list[dict[str, Any]]:

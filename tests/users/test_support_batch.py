@@ -1,0 +1,59 @@
+"""`examples/support` as a batch: a `ToolAgent` behind the batch's interception proxy
+talks to both customers; the samples exported from the output hold the user's replies
+only as context (tool results of `talk_to_user`), never as a turn to train on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_support_example import EXAMPLE, OPENING, _policy_module
+
+from proctor.batch import aexecute
+from proctor.samples import samples_from_batch
+from proctor.testing import FakeModelServer, FakeRequest, Reply
+
+
+async def test_a_batch_records_both_dialogues_and_exports_them_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = _policy_module()
+    agent, user = policy.agent_policy, policy.user_policy
+
+    def either(request: FakeRequest) -> Reply:
+        system = [m for m in request.messages if m["role"] == "system"]
+        plays_user = system and str(system[0]["content"]).startswith("You play a user")
+        return user(request) if plays_user else agent(request)
+
+    async with FakeModelServer(either) as fake:
+        monkeypatch.setenv("SUPPORT_USER_URL", fake.url)
+        config = tmp_path / "support.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "name": "support",
+                    "taskset": {"source": str(EXAMPLE / "tasks.py")},
+                    "agents": [
+                        {"kind": "tool", "name": "fake", "model": f"fake/fake-model@{fake.url}"}
+                    ],
+                    "runtime": {"kind": "local", "trusted": True},
+                    "expected_rollouts": 2,
+                    "max_concurrent": 2,
+                    "timeouts": {"rollout": 120},
+                }
+            )
+        )
+        result = await aexecute(config, tmp_path / "out")
+    assert result.launched, result
+    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / "rollouts").glob("*.json")]
+    assert sorted(r["result"]["grade"]["reward"] for r in records) == [1.0, 1.0], records
+    samples = list(samples_from_batch(tmp_path / "out"))
+    assert len(samples) == 2
+    for sample in samples:
+        replies = [m["content"] for m in sample.completion if m.get("role") == "tool"]
+        assert replies[-1] == "The user has ended the conversation."
+        assert any("broken" in r for r in replies)  # the customer, as context
+        trained = [m for m in sample.completion if m.get("role") == "assistant"]
+        assert all("broken" not in json.dumps(m) for m in trained)
+        assert OPENING in json.dumps(sample.prompt)
