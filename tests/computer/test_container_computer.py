@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,10 @@ from playwright.async_api import async_playwright
 
 from _support.waiting import until
 from proctor import Task
-from proctor.agents import Run
+from proctor.agents import Agent, Run
 from proctor.engine import rollout
 from proctor.env import DesktopClient
-from proctor.runtimes import ContainerRuntime
-from proctor.runtimes._image import python_image
+from proctor.runtimes import ContainerRuntime, python_image
 
 HERE = Path(__file__).resolve().parent
 RUNC = "/usr/sbin/runc"  # crun fails on these hosts' cgroups; podman takes runc by path
@@ -57,7 +55,7 @@ def _left_behind(batch: str) -> list[str]:
     return found
 
 
-async def _run(image: str, source: str, task: Task, agent: Callable[[Run], Awaitable[None]]) -> Run:
+async def _run(image: str, source: str, task: Task, agent: Agent) -> Run:
     runtime = _runtime(image, source)
     try:
         async with runtime:
@@ -124,3 +122,11 @@ async def test_a_local_page_in_a_container_browser_is_driven_over_cdp(image: str
     assert run.grade is not None and run.grade.info == {"clicks": 1, "text": "hi there"}
     assert run.reward == 1.0 and seen["after"] == GREEN
     assert str(seen["url"]).startswith("http://127.0.0.1:")  # its own loopback, no network
+
+
+def test_a_missing_program_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PATH holds only the engine: no Xvfb, no xkbcomp
+    (tmp_path / "podman").symlink_to(str(shutil.which("podman")))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ValueError, match=r"missing on this machine: Xvfb, xkbcomp;.*make sysdeps"):
+        python_image(engine="podman", computer=True)

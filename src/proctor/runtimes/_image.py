@@ -74,8 +74,8 @@ def python_image(
     With `computer=True` the image also runs `env.add_desktop` and `env.add_browser`:
     it holds Xvfb and xkbcomp (and `/bin/sh`, which Xvfb runs xkbcomp with), the X
     libraries proctor loads with ctypes, Pillow, tkinter with Tcl/Tk, fonts and
-    fontconfig, and chromium (`chromium` on `PATH`); about 40 s the first time and
-    ~560 MB (chromium is 300 MB of it).
+    fontconfig, and chromium (`chromium` on `PATH`): ~570 MB (chromium is 300 MB of
+    it), 15-30 s to build; docs/computer.md lists what and why.
 
     Args:
         engine: "podman" or "docker"; default: whichever is installed (podman first).

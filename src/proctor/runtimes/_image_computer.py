@@ -87,10 +87,11 @@ def computer_files() -> ComputerFiles:
 
 
 def _libraries() -> dict[str, str]:
-    """The dynamic linker's cache: soname -> path (this machine's architecture first)."""
+    """The dynamic linker's cache: soname -> path (this machine's architecture first).
+    By path, as ctypes does: /sbin is not on every user's PATH."""
     try:
         listed = subprocess.run(
-            ["ldconfig", "-p"], capture_output=True, text=True, check=False
+            ["/sbin/ldconfig", "-p"], capture_output=True, text=True, check=False
         ).stdout
     except OSError:
         return {}
