@@ -46,12 +46,11 @@ import orjson
 
 from .._tempdirs import owned_tempdir
 from ._judge import Judge
+from ._line_protocol import BAD_REQUEST, FAILED, LineError, read_request
 
 __all__ = ["Dialogue", "Message", "ModelUser", "UserFn", "UserServer", "scripted"]
 
 MAX_LINE = 1024 * 1024
-BAD_REQUEST = -32602
-USER_FAILED = -32000
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,11 +273,9 @@ class UserServer:
 
     async def _answer(self, line: bytes) -> dict[str, Any]:
         try:
-            request = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return _error(BAD_REQUEST, "the request is not JSON")
-        if not isinstance(request, dict):
-            return _error(BAD_REQUEST, "the request is not an object")
+            request = read_request(line)
+        except LineError as exc:
+            return _error(exc.code, str(exc))
         text, key = request.get("text"), request.get("dialogue")
         if not isinstance(text, str) or not isinstance(key, str):
             return _error(BAD_REQUEST, "the request needs `dialogue` and `text` strings")
@@ -288,7 +285,7 @@ class UserServer:
         try:
             return {"reply": await dialogue.send(text)}
         except Exception as exc:
-            return _error(USER_FAILED, f"the simulated user failed: {type(exc).__name__}: {exc}")
+            return _error(FAILED, f"the simulated user failed: {type(exc).__name__}: {exc}")
 
 
 def _error(code: int, message: str) -> dict[str, Any]:
