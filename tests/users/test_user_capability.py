@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 import orjson
 import pytest
 
-from proctor import RemoteError
+from proctor import ConnectionLost, RemoteError
 from proctor.agents import UserClient, user_tool
 from proctor.env import Capability, Message, UserServer, scripted
 from proctor.records import Trace
@@ -89,3 +89,32 @@ async def test_bad_requests_get_an_error_line(server: UserServer) -> None:
     reply = orjson.loads(await reader.readline())
     writer.close()
     assert reply["error"]["code"] == -32602
+
+
+async def test_a_line_over_the_limit_is_refused(server: UserServer) -> None:
+    dialogue = server.open(scripted(["never"]))
+    with pytest.raises(RemoteError, match="at most") as caught:
+        await UserClient(_binding(server, dialogue.id)).send("x" * (1024 * 1024 + 1))
+    assert caught.value.code == -32600 and dialogue.messages == []
+
+
+async def test_closing_the_server_cancels_a_user_still_thinking() -> None:
+    users = UserServer()
+    await users.start()
+    thinking, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def slow(messages: Sequence[Message]) -> str:
+        thinking.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        return "never"
+
+    dialogue = users.open(slow)
+    sent = asyncio.create_task(UserClient(_binding(users, dialogue.id)).send("hi"))
+    await asyncio.wait_for(thinking.wait(), 30)
+    await users.aclose()
+    assert cancelled.is_set()
+    with pytest.raises((ConnectionLost, OSError)):  # no reply is coming
+        await asyncio.wait_for(sent, 30)

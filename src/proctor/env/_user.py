@@ -25,8 +25,8 @@ one reply line, both UTF-8 JSON objects:
     error    {"error": {"code": int, "message": str}}
 
 A message sent after the user ended the dialogue gets `{"reply": null}` again; an
-unknown dialogue id or a bad field gets code -32602, a user function that raised
--32000 (its message names the cause).
+unknown dialogue id or a bad field gets code -32602, a line over 1 MiB -32600, a
+user function that raised -32000 (its message names the cause).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import orjson
 
 from .._tempdirs import owned_tempdir
 from ._judge import Judge
-from ._line_protocol import BAD_REQUEST, FAILED, LineError, read_request
+from ._line_protocol import BAD_REQUEST, FAILED, TOO_LARGE, LineError, read_request
 
 __all__ = ["Dialogue", "Message", "ModelUser", "UserFn", "UserServer", "scripted"]
 
@@ -208,6 +208,7 @@ class UserServer:
         self._server: asyncio.Server | None = None
         self._dir: str | None = None
         self._dialogues: dict[str, Dialogue] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
         return f"<UserServer {len(self._dialogues)} dialogues>"
@@ -247,22 +248,37 @@ class UserServer:
         return self.url
 
     async def aclose(self) -> None:
-        """Stop listening and remove the socket's directory."""
+        """Stop listening, end every conversation in flight (a user still thinking is
+        cancelled) and remove the socket's directory."""
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        reply: dict[str, Any] | None = None
         try:
             try:
                 line = await reader.readline()
             except (ValueError, asyncio.LimitOverrunError):
                 line = b""
-            if line:
-                writer.write(orjson.dumps(await self._answer(line)) + b"\n")
+                reply = _error(TOO_LARGE, f"a request line is at most {MAX_LINE} bytes")
+            if line:  # answered in a task of its own, which `aclose` cancels
+                answer = asyncio.get_running_loop().create_task(self._answer(line))
+                self._tasks.add(answer)
+                answer.add_done_callback(self._tasks.discard)
+                await asyncio.wait({answer})
+                if answer.cancelled():
+                    return
+                reply = answer.result()
+            if reply is not None:
+                writer.write(orjson.dumps(reply) + b"\n")
                 await writer.drain()
         except ConnectionError:
             pass
