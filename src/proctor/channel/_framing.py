@@ -54,7 +54,7 @@ def encode(obj: Any) -> bytes:
         TypeError: `obj` is not JSON (unknown types, NaN, cycles, lone surrogates).
     """
     try:
-        return orjson.dumps(obj, default=_model_json) + b"\n"
+        return orjson.dumps(obj, default=_model_json, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError:
         pass
     # orjson refuses integers past 64 bits and non-string keys; the stdlib does not.
@@ -118,9 +118,15 @@ class LineBuffer:
         before the oversized one) when a frame passes the limit; the buffer is then
         useless and the connection should close.
         """
-        if b"\n" not in data:
+        end = data.find(b"\n")
+        if end < 0:
             self._push(data, [])
             return []
+        if end == len(data) - 1 and not self._size:  # one whole frame: the usual read
+            if end > self.limit:
+                raise FrameTooLarge(f"frame exceeds {self.limit} bytes", [])
+            frame = data[:end]
+            return [frame] if frame.strip() else []
         parts = data.split(b"\n")
         out: list[bytes] = []
         self._push(parts[0], out)
