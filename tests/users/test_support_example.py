@@ -93,6 +93,14 @@ async def test_a_scripted_customer_in_a_child_process(tmp_path: Path) -> None:
     roles = re.findall(r'data-role="(\w+)"', shown[1])
     assert roles == ["agent", "user", "agent", "user", "agent"]
     assert "It&#39;s order 4417: the teapot arrived broken." in shown[1]
+    show = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "proctor.cli", "show", str(tmp_path / "record"), rid],
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    text, _ = await asyncio.wait_for(show.communicate(), 120)
+    assert "-- the user replied\nIt's order 4417: the teapot arrived broken." in text.decode()
 
 
 async def _rollout_page(record: Path, rid: str) -> str:

@@ -172,6 +172,9 @@ def _step(step: dict[str, Any]) -> list[str]:
     if kind == "tool_result":
         flag = " (error)" if data.get("is_error") else ""
         return _section(f"tool result {data.get('name') or ''}{flag}".rstrip(), _text(content))
+    if data.get("dialogue") and kind in ("assistant", "user"):  # a simulated user's dialogue
+        said = "said to the user" if kind == "assistant" else "the user replied"
+        return _section(said, _text(content))
     if kind == "assistant" and content is not None:
         return _section("assistant", _text(content))
     return []
