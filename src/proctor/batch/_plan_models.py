@@ -11,7 +11,7 @@ model takes image input), `mantle/` in its endpoint's `GET /models`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -55,12 +55,8 @@ class Credential:
     present: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "variable": self.variable,
-            "needed_by": self.needed_by,
-            "required": self.required,
-            "present": self.present,
-        }
+        """The fields by name, as JSON."""
+        return asdict(self)
 
 
 def _spec(model: str) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 __all__ = ["Answer", "Capability"]
@@ -36,13 +36,8 @@ class Capability:
     params: dict[str, Any] = field(default_factory=dict)
 
     def to_manifest(self) -> dict[str, Any]:
-        """The binding as it travels in `hello`."""
-        return {
-            "name": self.name,
-            "protocol": self.protocol,
-            "url": self.url,
-            "params": self.params,
-        }
+        """The binding as it travels in `hello`: every field, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_manifest(cls, data: dict[str, Any]) -> Capability:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["Attempt", "ModelClient", "ModelResponse", "ToolCall", "ToolSpec", "Usage"]
@@ -14,6 +14,11 @@ Message = dict[str, Any]
 
 def _empty_object_schema() -> dict[str, Any]:
     return {"type": "object", "properties": {}}
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, not copied (`asdict` deep-copies, on every turn)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +79,7 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         """The counters plus `total_tokens`, as plain JSON."""
-        return {
-            "input_tokens": self.input_tokens,
-            "cached_input_tokens": self.cached_input_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-            "output_tokens": self.output_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-            "total_tokens": self.total_tokens,
-        }
+        return {**_fields(self), "total_tokens": self.total_tokens}
 
 
 @dataclass(slots=True)
@@ -103,16 +101,8 @@ class Attempt:
     duration: float
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain JSON (by hand: `asdict` deep-copies, on every turn)."""
-        return {
-            "n": self.n,
-            "cause": self.cause,
-            "status": self.status,
-            "error": self.error,
-            "wait": self.wait,
-            "started": self.started,
-            "duration": self.duration,
-        }
+        """The fields as plain JSON."""
+        return _fields(self)
 
 
 @dataclass(slots=True)

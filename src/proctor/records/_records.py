@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = ["Grade", "JobStats", "RunError", "Step", "StepKind", "SubScore", "Trace"]
@@ -100,14 +100,7 @@ class Grade:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field by its Python name, as JSON (what run records keep)."""
-        return {
-            "reward": self.reward,
-            "subscores": self.subscores,
-            "info": self.info,
-            "content": self.content,
-            "is_error": self.is_error,
-            "done": self.done,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to_wire(self) -> dict[str, Any]:
         """The `tasks.grade` result for this grade."""
