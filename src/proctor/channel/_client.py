@@ -8,7 +8,7 @@ import logging
 import os
 import shutil
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -471,15 +471,14 @@ def _unix_dialer(target: str) -> tuple[Dialer, str]:
     return dial_unix, f"unix://{path}"
 
 
-@contextlib.asynccontextmanager
-async def connect(
+def connect(
     target: str | EnvServer,
     *,
     ready_timeout: float = 30.0,
     token: str | None = None,
     session_id: str | None = None,
     resume_token: str | None = None,
-) -> AsyncIterator[EnvClient]:
+) -> contextlib.AbstractAsyncContextManager[EnvClient]:
     """Connect and say hello, retrying until the server answers; close on exit.
 
     Args:
@@ -495,11 +494,26 @@ async def connect(
         ConnectError: the URL is unusable.
         RemoteError: the server refused hello (bad token, unknown session).
     """
-    client = await _connect_ready(target, ready_timeout, token, session_id, resume_token)
-    try:
-        yield client
-    finally:
-        await client.aclose()
+    return _Connecting(target, ready_timeout, token, session_id, resume_token)
+
+
+class _Connecting:
+    """`connect()`'s context: the client once it said hello, closed on exit."""
+
+    __slots__ = ("args", "client")
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+        self.client: EnvClient | None = None
+
+    async def __aenter__(self) -> EnvClient:
+        self.client = await _connect_ready(*self.args)
+        return self.client
+
+    async def __aexit__(self, *exc: object) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            await client.aclose()
 
 
 async def _connect_ready(
