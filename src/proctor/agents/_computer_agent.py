@@ -9,7 +9,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,14 +69,9 @@ class ComputerStats:
     frames: set[str] = field(default_factory=set)
 
     def to_dict(self) -> dict[str, int]:
-        """The counters as JSON."""
-        return {
-            "actions": self.actions,
-            "batches": self.batches,
-            "invalid_batches": self.invalid_batches,
-            "invalid_streak": self.invalid_streak,
-            "frames": len(self.frames),
-        }
+        """The counters as JSON (`frames`: how many)."""
+        counts = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**counts, "frames": len(self.frames)}
 
 
 class ComputerAgent:
