@@ -117,7 +117,7 @@ class LocalRuntime(Runtime):
 
 class _Lease:
     """One rollout's hold on the runtime's server: acquired on entry, released on exit
-    (shielded, so a cancelled rollout still lets go)."""
+    (the last one shielded, so a cancelled rollout still stops the server)."""
 
     __slots__ = ("env_name", "runtime")
 
@@ -131,7 +131,11 @@ class _Lease:
         return Endpoint(f"memory://{server.env.name}", server, token=runtime._token)
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.shield(self.runtime._release())
+        runtime = self.runtime
+        if runtime._users > 1:  # not the last: nothing stops, no lock (nor task) needed
+            runtime._users -= 1
+            return
+        await asyncio.shield(runtime._release())
 
 
 async def _resolve(source: EnvSource, env_name: str | None) -> Environment:
