@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Sequence
 
 import orjson
@@ -118,3 +119,12 @@ async def test_closing_the_server_cancels_a_user_still_thinking() -> None:
     assert cancelled.is_set()
     with pytest.raises((ConnectionLost, OSError)):  # no reply is coming
         await asyncio.wait_for(sent, 30)
+
+
+async def test_a_dialogue_its_task_let_go_of_is_gone(server: UserServer) -> None:
+    dialogue = server.open(scripted(["x"]))
+    binding = _binding(server, dialogue.id)
+    del dialogue
+    gc.collect()
+    with pytest.raises(RemoteError, match="no such dialogue"):
+        await UserClient(binding).send("hi")

@@ -38,6 +38,7 @@ import os
 import secrets
 import shutil
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -201,13 +202,15 @@ class UserServer:
     """Serves simulated users on a private Unix socket (protocol in the module doc).
 
     Dialogues are opened by task code (`open`) and found by their id; ids are random,
-    so one agent cannot reach another episode's user by guessing.
+    so one agent cannot reach another episode's user by guessing. The server holds
+    them weakly: a dialogue its task let go of (an episode that ended, or was
+    abandoned) is gone without `close`.
     """
 
     def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self._dir: str | None = None
-        self._dialogues: dict[str, Dialogue] = {}
+        self._dialogues: weakref.WeakValueDictionary[str, Dialogue] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
