@@ -6,8 +6,9 @@ from ._agent import Agent, FunctionAgent, ScriptedAgent, agent_from_fn
 from ._command import CommandAgent
 from ._computer_agent import ComputerAgent, ComputerStats
 from ._run import JudgeEndpoint, Run, RunStatus
+from ._run_tools import run_tools
 from ._tool_agent import ToolAgent
-from ._tools import Tool, ToolResult, command_tool, function_tool, mcp_tools, run_tools, shell_tool
+from ._tools import Tool, ToolResult, command_tool, function_tool, mcp_tools, shell_tool
 from ._user import UserClient, user_tool
 
 __all__ = [

@@ -30,8 +30,8 @@ from ._computer_native import (
 )
 from ._computer_tool import DONE, action_tool, forced_choice, reference_image
 from ._model_turn import traced_turn
+from ._run_tools import family
 from ._tool_agent import _budget_spent, _through
-from ._tools import family
 
 if TYPE_CHECKING:
     from ..agents._run import Run

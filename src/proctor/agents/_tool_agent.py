@@ -14,7 +14,8 @@ import orjson
 
 from .._errors import ModelError
 from ._model_turn import traced_turn
-from ._tools import Tool, ToolResult, function_tool, run_tools
+from ._run_tools import run_tools
+from ._tools import Tool, ToolResult, function_tool
 
 if TYPE_CHECKING:
     from ..agents._run import Run
