@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import orjson
 
 from ._computer_actions import Action, FrameOptions, frame_options, validate_actions
-from ._line_protocol import BAD_REQUEST, FAILED, MAX_LINE, TOO_LARGE, LineError, read_request
+from ._line_protocol import BAD_REQUEST, FAILED, MAX_LINE, TOO_LARGE, _LineError, read_request
 
 __all__ = ["ComputerBackend", "serve_computer"]
 
@@ -97,7 +97,7 @@ async def _answer(backend: ComputerBackend, line: bytes, writer: asyncio.StreamW
             await _subscribe(backend, req, rid, writer)
             return
         result, image = await _run(backend, req, op)
-    except LineError as exc:
+    except _LineError as exc:
         _reply(writer, rid, error=(exc.code, str(exc)))
         return
     _reply(writer, rid, result, image)
@@ -116,10 +116,10 @@ async def _run(
     backend: ComputerBackend, req: dict[str, Any], op: Any
 ) -> tuple[dict[str, Any], bytes | None]:
     if op not in _KEYS:
-        raise LineError(BAD_REQUEST, f"op: {op!r} is not one of {', '.join(_KEYS)}")
+        raise _LineError(BAD_REQUEST, f"op: {op!r} is not one of {', '.join(_KEYS)}")
     unknown = set(req) - _KEYS[op]
     if unknown:
-        raise LineError(BAD_REQUEST, f"{op}: unknown field {sorted(unknown)[0]!r}")
+        raise _LineError(BAD_REQUEST, f"{op}: unknown field {sorted(unknown)[0]!r}")
     if op == "info":
         return _info(backend), None
     if op == "cursor":
@@ -133,14 +133,14 @@ async def _run(
             else []
         )
     except ValueError as exc:
-        raise LineError(BAD_REQUEST, str(exc)) from None
+        raise _LineError(BAD_REQUEST, str(exc)) from None
     async with backend.lock:
         if actions:
             try:
                 await backend.perform(actions)
             except Exception as exc:
                 log.debug("computer action failed", exc_info=True)
-                raise LineError(FAILED, f"{op}: an action failed: {exc}") from None
+                raise _LineError(FAILED, f"{op}: an action failed: {exc}") from None
         if options is None:
             return {"done": len(actions)}, None
         return await _framed(backend, options, {"done": len(actions)})
@@ -154,7 +154,7 @@ async def _framed(
         x, y = await backend.cursor()
     except Exception as exc:
         log.debug("computer frame failed", exc_info=True)
-        raise LineError(FAILED, f"frame: {exc}") from None
+        raise _LineError(FAILED, f"frame: {exc}") from None
     meta = {"format": options.format, "width": width, "height": height, "bytes": len(image)}
     return {**result, "frame": meta, "cursor": {"x": x, "y": y}}, image
 
@@ -174,17 +174,17 @@ async def _subscribe(
 ) -> None:
     """Push a frame every `interval_ms` until the peer goes away (read-only)."""
     if not backend.live_view:
-        raise LineError(BAD_REQUEST, "subscribe: the live view is off for this capability")
+        raise _LineError(BAD_REQUEST, "subscribe: the live view is off for this capability")
     unknown = set(req) - _KEYS["subscribe"]
     if unknown:
-        raise LineError(BAD_REQUEST, f"subscribe: unknown field {sorted(unknown)[0]!r}")
+        raise _LineError(BAD_REQUEST, f"subscribe: unknown field {sorted(unknown)[0]!r}")
     interval = req.get("interval_ms", 500)
     if type(interval) is not int or interval < MIN_INTERVAL_MS:
-        raise LineError(BAD_REQUEST, f"interval_ms: an integer >= {MIN_INTERVAL_MS}")
+        raise _LineError(BAD_REQUEST, f"interval_ms: an integer >= {MIN_INTERVAL_MS}")
     try:
         options = frame_options(req.get("frame"))
     except ValueError as exc:
-        raise LineError(BAD_REQUEST, str(exc)) from None
+        raise _LineError(BAD_REQUEST, str(exc)) from None
     while not writer.is_closing():
         async with backend.lock:
             result, image = await _framed(backend, options, {})

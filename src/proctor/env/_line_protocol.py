@@ -17,7 +17,7 @@ __all__ = [
     "FAILED",
     "MAX_LINE",
     "TOO_LARGE",
-    "LineError",
+    "_LineError",
     "read_reply",
     "read_request",
 ]
@@ -28,7 +28,7 @@ FAILED = -32000
 TOO_LARGE = -32600
 
 
-class LineError(Exception):
+class _LineError(Exception):
     """A request the server refuses or cannot carry out; becomes an error reply."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -40,14 +40,14 @@ def read_request(line: bytes) -> dict[str, Any]:
     """The request object of a line.
 
     Raises:
-        LineError: `BAD_REQUEST`: not JSON, or not an object.
+        _LineError: `BAD_REQUEST`: not JSON, or not an object.
     """
     try:
         req = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        raise LineError(BAD_REQUEST, f"not JSON: {exc}") from None
+        raise _LineError(BAD_REQUEST, f"not JSON: {exc}") from None
     if not isinstance(req, dict):
-        raise LineError(BAD_REQUEST, "a request is a JSON object")
+        raise _LineError(BAD_REQUEST, "a request is a JSON object")
     return req
 
 

@@ -58,7 +58,7 @@ import orjson
 from .._environ import allowed_environ
 from .._errors import ProtocolError
 from .._tempdirs import owned_tempdir
-from ._line_protocol import BAD_REQUEST, FAILED, MAX_LINE, TOO_LARGE, LineError, read_request
+from ._line_protocol import BAD_REQUEST, FAILED, MAX_LINE, TOO_LARGE, _LineError, read_request
 
 __all__ = ["MAX_LINE", "ShellResult", "ShellServer"]
 
@@ -312,7 +312,7 @@ class ShellServer:
             rid = req.get("id")
             result = await self._run_request(req)
             reply: dict[str, Any] = {"id": rid, **result.to_wire()}
-        except LineError as exc:
+        except _LineError as exc:
             reply = {"id": rid, "error": {"code": exc.code, "message": str(exc)}}
         writer.write(orjson.dumps(reply) + b"\n")
         with contextlib.suppress(ConnectionError):
@@ -320,19 +320,19 @@ class ShellServer:
 
     async def _run_request(self, req: dict[str, Any]) -> ShellResult:
         if not isinstance(req.get("command"), str):
-            raise LineError(BAD_REQUEST, "command must be a string")
+            raise _LineError(BAD_REQUEST, "command must be a string")
         timeout = req.get("timeout")
         if timeout is not None and not _positive(timeout):
-            raise LineError(BAD_REQUEST, f"timeout must be a positive number, not {timeout!r}")
+            raise _LineError(BAD_REQUEST, f"timeout must be a positive number, not {timeout!r}")
         max_output = req.get("max_output")
         if max_output is not None and not (_positive(max_output) and type(max_output) is int):
-            raise LineError(BAD_REQUEST, "max_output must be a positive integer")
+            raise _LineError(BAD_REQUEST, "max_output must be a positive integer")
         for key in ("cwd", "stdin"):
             if req.get(key) is not None and not isinstance(req[key], str):
-                raise LineError(BAD_REQUEST, f"{key} must be a string")
+                raise _LineError(BAD_REQUEST, f"{key} must be a string")
         env = req.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise LineError(BAD_REQUEST, "env must map names to strings")
+            raise _LineError(BAD_REQUEST, "env must map names to strings")
         try:
             return await self.run(
                 req["command"],
@@ -343,7 +343,7 @@ class ShellServer:
                 max_output=max_output,
             )
         except (OSError, ValueError) as exc:
-            raise LineError(FAILED, f"cannot start: {exc}") from None
+            raise _LineError(FAILED, f"cannot start: {exc}") from None
 
 
 async def _next_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:

@@ -47,7 +47,7 @@ import orjson
 
 from .._tempdirs import owned_tempdir
 from ._judge import Judge
-from ._line_protocol import BAD_REQUEST, FAILED, TOO_LARGE, LineError, read_request
+from ._line_protocol import BAD_REQUEST, FAILED, TOO_LARGE, _LineError, read_request
 
 __all__ = ["Dialogue", "Message", "ModelUser", "UserFn", "UserServer", "scripted"]
 
@@ -293,7 +293,7 @@ class UserServer:
     async def _answer(self, line: bytes) -> dict[str, Any]:
         try:
             request = read_request(line)
-        except LineError as exc:
+        except _LineError as exc:
             return _error(exc.code, str(exc))
         text, key = request.get("text"), request.get("dialogue")
         if not isinstance(text, str) or not isinstance(key, str):
