@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -103,9 +103,9 @@ class Run:
         trace_id: str | None = None,
     ) -> None:
         self.task = task
-        self.job_id = job_id or uuid.uuid4().hex
-        self.group_id = group_id or uuid.uuid4().hex
-        self.trace = Trace(trace_id or uuid.uuid4().hex)
+        self.job_id = job_id or os.urandom(16).hex()
+        self.group_id = group_id or os.urandom(16).hex()
+        self.trace = Trace(trace_id or os.urandom(16).hex())
         self.prompt: Any = None
         self.start_result: dict[str, Any] = {}
         self.grade: Grade | None = None
@@ -271,7 +271,7 @@ class Run:
         if self.grade is None:
             raise ValueError(f"{self.slug}: the actor is not graded yet")
         self.actor_grade, self.grade = self.grade, None
-        self.verifier_trace = trace = Trace(uuid.uuid4().hex)
+        self.verifier_trace = trace = Trace(os.urandom(16).hex())
         t0 = time.time()
         started = await client.start_task(verifier.id, verifier.args)
         trace.add("task", started, start=t0, phase="setup", task=verifier.id)

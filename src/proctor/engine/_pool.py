@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -104,7 +104,7 @@ async def run_taskset(
     job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
     rows = list(tasks)
     check_group_rewards(rows, group)
-    groups = [(task, uuid.uuid4().hex) for task in rows]
+    groups = [(task, os.urandom(16).hex()) for task in rows]
     planned = [Planned(task, gid) for task, gid in groups for _ in range(group)]
     spec = RunSpec(
         planned,
