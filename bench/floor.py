@@ -9,7 +9,8 @@ awaiting its own future; the server decodes, steps the generator and sends the p
 the reward back the same way. No framework: what any design of this shape must pay.
 
 It prints the floor's CPU per rollout, proctor's (`Taskset.run` with `LocalRuntime`, 50 at
-once), their ratio per repeat (median and range) and the load average.
+once) with the objects per rollout it leaves to the cycle collector, their ratio per
+repeat (median and range) and the load average.
 """
 
 from __future__ import annotations
@@ -98,8 +99,10 @@ def floor_cpu(n: int) -> float:
     return asyncio.run(floor_rollouts(n))
 
 
-def proctor_cpu(n: int) -> float:
-    """CPU seconds per proctor in-process rollout (`Taskset.run`, `LocalRuntime`)."""
+def proctor_cpu(n: int) -> tuple[float, float]:
+    """CPU seconds per proctor in-process rollout (`Taskset.run`, `LocalRuntime`), and
+    the objects per rollout that a second pass, with automatic collection off, leaves
+    to the cycle collector."""
     sys.path.insert(0, str(Path(__file__).resolve().parent / "envs"))
     from proctor_env import answer42 as template
     from proctor_env import env
@@ -110,7 +113,7 @@ def proctor_cpu(n: int) -> float:
         async def __call__(self, run: Any) -> None:
             run.trace.content = "42"
 
-    async def go() -> float:
+    async def go() -> tuple[float, float]:
         agent, runtime = FortyTwo(), LocalRuntime(env)
         warm = Taskset("w", [template(i=-1 - k) for k in range(100)])
         await warm.run(agent, runtime=runtime, max_concurrent=CONCURRENCY)
@@ -118,7 +121,16 @@ def proctor_cpu(n: int) -> float:
         gc.collect()
         c0 = time.process_time()
         await tasks.run(agent, runtime=runtime, max_concurrent=CONCURRENCY)
-        return (time.process_time() - c0) / n
+        cpu = (time.process_time() - c0) / n
+        gc.collect()
+        gc.disable()
+        try:
+            tasks = Taskset("c", [template(i=i) for i in range(n)])
+            await tasks.run(agent, runtime=runtime, max_concurrent=CONCURRENCY)
+            del tasks
+            return cpu, gc.collect() / n
+        finally:
+            gc.enable()
 
     return asyncio.run(go())
 
@@ -129,14 +141,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     load0 = os.getloadavg()[0]
-    floors, procs = [], []
+    floors, procs, cyclic = [], [], []
     for _ in range(args.repeats):
         floors.append(floor_cpu(args.n))
-        procs.append(proctor_cpu(args.n))
+        cpu, garbage = proctor_cpu(args.n)
+        procs.append(cpu)
+        cyclic.append(garbage)
     ratios = sorted(p / f for p, f in zip(procs, floors, strict=True))
     print(f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after; n={args.n}")
     print(f"floor   CPU per rollout: {statistics.median(floors) * 1e3:.4f} ms")
-    print(f"proctor CPU per rollout: {statistics.median(procs) * 1e3:.4f} ms")
+    print(
+        f"proctor CPU per rollout: {statistics.median(procs) * 1e3:.4f} ms, "
+        f"{statistics.median(cyclic):.2f} cyclic objects per rollout"
+    )
     print(
         f"proctor / floor: {statistics.median(ratios):.2f}x "
         f"(range {ratios[0]:.2f}-{ratios[-1]:.2f}, {args.repeats} paired repeats)"
