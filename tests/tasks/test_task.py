@@ -19,6 +19,7 @@ def test_exports() -> None:
         "Taskset",
         "ValidationReport",
         "diff",
+        "row_places",
         "sync",
         "validate",
     ]
