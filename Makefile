@@ -115,6 +115,8 @@ test-shard-b:
 
 bench: $(STAMP) peers $(VERIFIERS)/.installed
 	$(BIN)/python bench/rollouts.py --peers-python $(PEERS)/bin/python
+	$(BIN)/python bench/floor.py
+	$(BIN)/python bench/versus.py --commit 41c5b05
 	$(BIN)/python bench/proxy.py --verifiers-python $(VERIFIERS)/bin/python
 	$(BIN)/python bench/substrates.py --peers-python $(PEERS)/bin/python
 
