@@ -1,13 +1,19 @@
-"""Imports go down the layers only (the diagram in ARCHITECTURE.md, written once here).
+"""Imports go down the layers only, and across packages through their exports only.
 
-Every `import` in every module under src/proctor counts: at module level, inside
-functions, and under `TYPE_CHECKING`. A module may import its own package and any
-layer below it, never one above.
+The layers are the diagram in ARCHITECTURE.md, written once here. Every `import` in
+every module under src/proctor counts: at module level, inside functions, and under
+`TYPE_CHECKING`. A module may import its own package and any layer below it, never one
+above, and never a module that does not exist. From another package it takes only what
+that package exports (its `__init__.py`'s `__all__`; a leaf module's `__all__`), never a
+private module or name of it, save the few friendships in `FRIENDS`.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import proctor
@@ -23,10 +29,12 @@ LAYERS = [
     "_uids",
     "_peer",
     "_tempdirs",
-    "_usererror",
     "_reads",
+    "_resource",
+    "_loop",
     "_http",
     "records",
+    "store",
     "env",
     "compat",
     "_loader",
@@ -49,6 +57,42 @@ LAYERS = [
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SRC = Path(proctor.__file__).parent
 
+# Deliberate friendships: (importing unit, private module it may take any name from).
+# Each shares another package's internals on purpose; keep this list short, say why.
+FRIENDS = {
+    # the command `python -m proctor.serve` is the public name of channel's entry point
+    ("serve", "proctor.channel._serve"),
+    # the proxy retries and parses upstream turns with the model layer's own machinery
+    ("proxy", "proctor.models._retry"),
+    ("proxy", "proctor.models._wire"),
+    # ... and speaks chat to a Bedrock Converse upstream through its translation
+    ("proxy", "proctor.models._bedrock_chat"),
+    # shipped test helpers: the channel's in-memory transport, and a raw dial that
+    # checks whether a server still accepts connections
+    ("testing", "proctor.channel._memory"),
+    ("testing", "proctor.channel._client"),
+    # HarborRuntime is a container runtime with a task's own image
+    ("importers", "proctor.runtimes._container"),
+    ("importers", "proctor.runtimes._image"),
+    # the batch plan checks a config by the runtimes' and model layer's own rules before
+    # anything launches; the reconciler finds a batch's Ray actors by their names
+    ("batch", "proctor.models._names"),
+    ("batch", "proctor.runtimes._ray"),
+    ("batch", "proctor.runtimes._sandbox_limits"),
+    ("batch", "proctor.runtimes._sandbox_host"),
+    # the Ray executor joins the cluster and places its actors as RayRuntime does
+    ("engine", "proctor.runtimes._ray"),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One name (or module) a module imports: `from <module> import <name>`."""
+
+    line: int
+    module: str  # absolute, e.g. proctor.batch._store
+    name: str | None  # None for `import module`
+
 
 def _unit(module: str) -> str:
     """`proctor.env._shell` -> `env`; `proctor` -> `<root>`."""
@@ -63,8 +107,8 @@ def _module_name(path: Path) -> tuple[str, bool]:
     return ".".join(parts), is_package
 
 
-def _imports(name: str, is_package: bool, text: str) -> list[tuple[int, str]]:
-    """(line, absolute module) of every proctor import in module `name`, nested too."""
+def _names(name: str, is_package: bool, text: str) -> list[Import]:
+    """Every proctor import in module `name`, nested ones too, one per imported name."""
     found = []
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ImportFrom):
@@ -74,36 +118,138 @@ def _imports(name: str, is_package: bool, text: str) -> list[tuple[int, str]]:
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            targets = [target]
-            if target == "proctor":  # `from .. import serve` names a module
-                targets = [f"proctor.{alias.name}" for alias in node.names]
+            found += [Import(node.lineno, target, alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            found += [Import(node.lineno, alias.name, None) for alias in node.names]
+    # `from proctor import __version__` reads metadata, not code: no layer, no reach
+    return [
+        i
+        for i in found
+        if i.module.split(".")[0] == "proctor" and not (i.name or "").startswith("__")
+    ]
+
+
+def _imports(name: str, is_package: bool, text: str) -> list[tuple[int, str]]:
+    """(line, absolute module) of every proctor import in module `name`, nested too."""
+    found: list[tuple[int, str]] = []
+    for i in _names(name, is_package, text):
+        if i.module == "proctor" and i.name:  # `from .. import serve` names a module
+            entry = (i.line, f"proctor.{i.name}")
         else:
-            continue
-        found += [(node.lineno, t) for t in targets if t.split(".")[0] == "proctor"]
+            entry = (i.line, i.module)
+        if entry not in found:
+            found.append(entry)
     return found
+
+
+def _path(module: str) -> Path | None:
+    """The file of module `proctor.a.b` (a package's `__init__.py`), if there is one."""
+    base = SRC.parent.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+@cache
+def _exports(module: str) -> frozenset[str]:
+    """The names `module` lists in its `__all__` (the root: its lazy table); none without."""
+    path = _path(module)
+    for node in ast.parse(path.read_text()).body if path else []:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id in ("__all__", "_EXPORTS") for t in targets):
+                return frozenset(ast.literal_eval(node.value) if node.value else [])
+    return frozenset()
+
+
+def _is_private(module: str) -> bool:
+    """A module below its unit whose path has a `_part` (`proctor.batch._store`)."""
+    return any(part.startswith("_") for part in module.split(".")[2:])
+
+
+def _reach(here: str, i: Import) -> str | None:
+    """Why import `i` in unit `here` takes what its package does not export, or None."""
+    if _unit(i.module) == here:
+        return None
+    if _is_private(i.module):
+        return f"private module {i.module}"
+    if i.name is None:
+        return None
+    if _path(f"{i.module}.{i.name}") is not None:  # `from proctor.x import module`
+        if i.name.startswith("_") and i.module != "proctor":
+            return f"private module {i.module}.{i.name}"
+        return None
+    if i.name not in _exports(i.module):
+        return f"{i.name} is not in {i.module}.__all__"
+    return None
+
+
+def _sources() -> list[tuple[Path, str, bool]]:
+    return [(path, *_module_name(path)) for path in sorted(SRC.rglob("*.py"))]
+
+
+def _friend_key(here: str, i: Import) -> tuple[str, str]:
+    """(unit, private module) of an import: `from proctor.x import _y` takes `proctor.x._y`."""
+    if _is_private(i.module) or i.name is None or not i.name.startswith("_"):
+        return here, i.module
+    return here, f"{i.module}.{i.name}"
+
+
+def reaches() -> list[str]:
+    """`file:line: name from module (why)` for every unexported name taken across units."""
+    problems = []
+    for path, name, is_package in _sources():
+        here = _unit(name)
+        for i in _names(name, is_package, path.read_text()):
+            why = _reach(here, i)
+            if why and _friend_key(here, i) not in FRIENDS:
+                where = path.relative_to(SRC.parent)
+                problems.append(f"{where}:{i.line}: {i.name or i.module} from {i.module} ({why})")
+    return problems
+
+
+def _layer_problem(here: str, target: str) -> str | None:
+    """Why unit `here` may not import module `target`, or None."""
+    there = _unit(target)
+    if there not in RANK or _path(target) is None:
+        return f"{here} imports {target}, which is no module"
+    if there != here and RANK[there] > RANK[here]:
+        return f"{here} imports {target} (layer {there})"
+    return None
 
 
 def _upward() -> list[str]:
     problems = []
-    for path in sorted(SRC.rglob("*.py")):
-        here = _unit(_module_name(path)[0])
-        for line, target in _imports(*_module_name(path), path.read_text()):
-            there = _unit(target)
-            if there in RANK and there != here and RANK[there] > RANK[here]:
-                where = path.relative_to(SRC.parent)
-                problems.append(f"{where}:{line}: {here} imports {target} (layer {there})")
+    for path, name, is_package in _sources():
+        for line, target in _imports(name, is_package, path.read_text()):
+            problem = _layer_problem(_unit(name), target)
+            if problem:
+                problems.append(f"{path.relative_to(SRC.parent)}:{line}: {problem}")
     return problems
 
 
-def test_every_package_has_a_layer() -> None:
-    units = {_unit(_module_name(p)[0]) for p in SRC.rglob("*.py")}
+def test_every_package_has_a_layer_once() -> None:
+    units = {_unit(name) for _, name, _ in _sources()}
     assert units - set(LAYERS) == set(), "place each new package in LAYERS (and ARCHITECTURE.md)"
+    assert len(LAYERS) == len(RANK), "a layer is listed twice"
 
 
-def test_no_import_goes_up_a_layer() -> None:
+def test_no_import_goes_up_a_layer_or_nowhere() -> None:
     assert _upward() == []
+
+
+def test_no_import_takes_what_a_package_does_not_export() -> None:
+    assert reaches() == []
+
+
+def test_every_friendship_is_still_used() -> None:
+    used = {
+        _friend_key(_unit(name), i)
+        for path, name, is_package in _sources()
+        for i in _names(name, is_package, path.read_text())
+    }
+    assert FRIENDS - used == set(), "a friendship no import needs any more: drop it"
 
 
 def test_the_layer_check_sees_nested_and_relative_imports() -> None:
@@ -112,3 +258,56 @@ def test_the_layer_check_sees_nested_and_relative_imports() -> None:
         (2, "proctor.engine"),
         (3, "proctor.serve"),
     ]
+
+
+def test_the_layer_check_refuses_unknown_modules() -> None:
+    assert (
+        _layer_problem("env", "proctor.nowhere")
+        == "env imports proctor.nowhere, which is no module"
+    )
+    assert _layer_problem("env", "proctor.records._gone") is not None
+    assert _layer_problem("env", "proctor.records") is None
+    assert _layer_problem("env", "proctor.engine") == "env imports proctor.engine (layer engine)"
+
+
+def test_the_reach_check_sees_private_modules_and_unexported_names() -> None:
+    text = (
+        "from ..models._retry import Retrier\n"
+        "from ..models import _retry\n"
+        "import proctor.models._retry\n"
+        "from ..models import Retrier\n"
+        "from ..models import RetryPolicy\n"
+        "from .._errors import ProctorError\n"
+        "from .._errors import Nothing\n"
+        "from .. import __version__\n"
+        "from ._rewards import anything\n"
+    )
+    found = [_reach("env", i) for i in _names("proctor.env._probe", False, text)]
+    assert found == [
+        "private module proctor.models._retry",
+        "private module proctor.models._retry",
+        "private module proctor.models._retry",
+        "Retrier is not in proctor.models.__all__",
+        None,
+        None,
+        "Nothing is not in proctor._errors.__all__",
+        None,
+    ]
+
+
+def test_the_type_checking_mirror_is_the_export_table() -> None:
+    """`proctor/__init__.py` imports under TYPE_CHECKING exactly what it exports lazily."""
+    tree = ast.parse((SRC / "__init__.py").read_text())
+    mirror = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom):
+                    for alias in sub.names:
+                        mirror[alias.asname or alias.name] = "." * sub.level + (sub.module or "")
+    assert mirror == proctor._EXPORTS
+
+
+if __name__ == "__main__":  # `python tests/test_layers.py`: the reaches, one a line
+    print("\n".join(reaches() + _upward()))
+    sys.exit(0)

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .._errors import ModelError, RemoteError, RetriesExhausted
-from ..env import DesktopClient, Frame
-from ..env._computer_actions import validate_actions
+from ..env import DesktopClient, Frame, validate_actions
 from ..models import ContextPolicy, ImagePart, TextPart, ToolSpec, drop_frames
 from ._computer_checkpoint import checkpoint, restore
 from ._computer_native import (
@@ -35,7 +34,7 @@ from ._tool_agent import _budget_spent, _through
 
 if TYPE_CHECKING:
     from ..agents._run import Run
-    from ..env._types import Capability
+    from ..env import Capability
     from ..models import ModelClient, ModelResponse, ToolCall
 
 __all__ = ["ComputerAgent", "ComputerStats"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._errors import StoreError
-from ..store import BatchStore, Durability, _files, list_rollouts, read_batch
+from ..store import BatchStore, Durability, fsync_dir, list_rollouts, read_batch
 from ._batch_result import BatchResult, run_main
 from ._batch_runner import Runner, Work, assignment_of, identity, spent
 from ._config import Assignment, BatchConfig
@@ -118,7 +118,7 @@ def _create(
         store.close()
     _refuse_existing(out)  # again: planning took time
     os.rename(temp, out)
-    _files.fsync_dir(os.path.dirname(out))
+    fsync_dir(os.path.dirname(out))
     return BatchStore.open(out, durability=config.durability, redact=redact)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
 from .._errors import TeardownError
-from ..channel._serve import SHUTDOWN_FAILED
+from ..serve import SHUTDOWN_FAILED
 
 __all__ = ["Announce", "fork_watched", "report", "rollout_child", "serve_requests"]
 

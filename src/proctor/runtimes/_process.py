@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._errors import RuntimeLaunchError, TeardownError
-from ..channel._serve import SHUTDOWN_FAILED, TEARDOWN_PREFIX
+from ..serve import SHUTDOWN_FAILED, TEARDOWN_PREFIX
 from ._base import exit_cause
 
 __all__ = [

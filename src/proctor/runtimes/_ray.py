@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError, TeardownError
-from ..channel._serve import SHUTDOWN_FAILED
+from ..serve import SHUTDOWN_FAILED
 from ._base import Endpoint, Runtime
 from ._process import check_teardown
 from ._subprocess import TOKEN_ENV, SubprocessRuntime

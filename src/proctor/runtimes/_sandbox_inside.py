@@ -117,7 +117,7 @@ def _load(source: str, env_name: str | None) -> Environment | None:
 
 def _serve_main(args: argparse.Namespace) -> int:
     """A cold sandbox's server: limits, then load and serve (on `--unix` or a port)."""
-    from ..channel._serve import serve
+    from ..serve import serve
 
     with open(args.token_fd, "rb") as pipe:
         token = pipe.read().decode()
@@ -137,7 +137,7 @@ def _zygote_main(args: argparse.Namespace) -> int:
         return 1
     import gc
 
-    from ..channel import _serve  # noqa: F401 - loaded once here, not in every child
+    from .. import serve  # noqa: F401 - loaded once here, not in every child
 
     asyncio.run(asyncio.sleep(0))  # asyncio's lazy imports and first-use setup, once
     gc.freeze()  # children's collections then leave these objects' pages shared
@@ -201,7 +201,7 @@ def _rollout(
     limits: Mapping[str, Any],
     network: Network,
 ) -> NoReturn:
-    from ..channel._serve import serve
+    from ..serve import serve
 
     def prepare() -> None:
         _seal(network, limits.get("tmpfs"))

@@ -39,7 +39,7 @@ directory loads only it.
 """
 
 from .._public import publish
-from ._files import JsonlReader
+from ._files import JsonlReader, fsync_dir
 from ._index import FILTERABLE, SORTABLE
 from ._journal import Durability
 from ._layout import LAYOUT_VERSION, TERMINAL, read_batch
@@ -90,6 +90,7 @@ __all__ = [
     "cost_curve",
     "count_rollouts",
     "distinct_values",
+    "fsync_dir",
     "group_reward_histograms",
     "index_row",
     "list_rollouts",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from .._errors import TasksetError
 from .._loader import task_modules
-from ..records._task import Task
+from ..records import Task
 from ._taskset import Taskset, dump_rows, write_atomic
 
 __all__ = ["SyncPlan", "diff", "sync"]
