@@ -219,7 +219,7 @@ async def _remove_containers(
     Under a container runtime its engine must answer, or that is an error; otherwise
     each engine installed here is asked, and one that does not answer is skipped.
     """
-    from ..runtimes._container import ContainerRuntime
+    from ..runtimes import ContainerRuntime
 
     own = runtime.get("kind") == "container"
     engines: list[Any] = (
