@@ -33,6 +33,10 @@ ALIASES = [
     ("proctor.env", "EvaluationResult", "proctor.records", "Grade"),
     ("proctor.env", "SubScore", "proctor.records", "SubScore"),
     ("proctor.models", "FakeClock", "proctor.testing", "FakeClock"),
+    ("proctor.engine", "Run", "proctor.agents", "Run"),
+    ("proctor.engine", "Grade", "proctor.records", "Grade"),
+    ("proctor.engine", "Trace", "proctor.records", "Trace"),
+    ("proctor.tasks", "Task", "proctor.records", "Task"),
 ]
 
 

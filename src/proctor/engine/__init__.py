@@ -27,4 +27,18 @@ __all__ = [
     "run_taskset",
 ]
 
-publish(globals(), __all__, __name__)
+publish(
+    globals(),
+    __all__,
+    __name__,
+    deprecated={  # exported from here before 0.1; their homes are records and agents
+        "Grade": "proctor.records.Grade",
+        "JobStats": "proctor.records.JobStats",
+        "RunError": "proctor.records.RunError",
+        "Step": "proctor.records.Step",
+        "StepKind": "proctor.records.StepKind",
+        "Trace": "proctor.records.Trace",
+        "Run": "proctor.agents.Run",
+        "RunStatus": "proctor.agents.RunStatus",
+    },
+)

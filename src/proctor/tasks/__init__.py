@@ -19,4 +19,9 @@ __all__ = [
     "validate",
 ]
 
-publish(globals(), __all__, __name__)
+publish(
+    globals(),
+    __all__,
+    __name__,
+    deprecated={"Task": "proctor.records.Task", "args_digest": "proctor.records.args_digest"},
+)
