@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from proctor import Run, Task
-from proctor.agents._tools import run_tools
+from proctor.agents import run_tools
 from proctor.engine import rollout, run_taskset
 from proctor.importers import detect, openenv_environment
 from proctor.runtimes import LocalRuntime

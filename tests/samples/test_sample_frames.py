@@ -12,8 +12,8 @@ from typing import Any
 
 import openai
 import pytest
-from tests._support.images import png_bytes
 
+from _support.images import png_bytes
 from proctor.batch import BatchStore
 from proctor.batch._recording import Recording
 from proctor.batch._tally import Tally
