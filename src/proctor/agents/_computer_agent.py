@@ -123,6 +123,9 @@ class ComputerAgent:
         context: history compaction; by default the last 3 frames are kept (the
             reference and the newest always are).
         frame: frame options (`format`, `quality`, `scale`) for `DesktopClient`.
+        settle_ms: after each batch, wait at most this long for the screen to change
+            and hold still before its frame is taken (apps redraw after the input); 0:
+            take it at once.
         frames_dir: where frames are kept, in a folder per trace id; None: a temporary
             folder removed when the rollout ends.
         keep_frames: keep the `frames_dir` folder when the rollout ends (False: remove
@@ -147,6 +150,7 @@ class ComputerAgent:
         system_prompt: str | None = SYSTEM_PROMPT,
         context: ContextPolicy | None = None,
         frame: Mapping[str, Any] | None = None,
+        settle_ms: int = 300,
         frames_dir: str | Path | None = None,
         keep_frames: bool = True,
         params: Mapping[str, Any] | None = None,
@@ -155,6 +159,8 @@ class ComputerAgent:
         for name, value in (("max_actions", max_actions), ("max_invalid", max_invalid)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, not {value!r}")
+        if isinstance(settle_ms, bool) or not isinstance(settle_ms, int) or settle_ms < 0:
+            raise ValueError(f"settle_ms must be an integer >= 0, not {settle_ms!r}")
         self.model = model
         self.capability = capability
         self.max_actions = max_actions
@@ -163,6 +169,7 @@ class ComputerAgent:
         self.system_prompt = system_prompt
         self.context = context if context is not None else ContextPolicy(max_frames=3)
         self.frame = dict(frame or {})
+        self.settle_ms = settle_ms
         self.frames_dir = Path(frames_dir) if frames_dir is not None else None
         self.keep_frames = keep_frames
         self.params = dict(params or {})
@@ -399,7 +406,7 @@ class _Rollout:
         frame = None
         if actions:
             try:
-                frame = await self.desktop.act(actions)
+                frame = await self.desktop.act(actions, settle_ms=agent.settle_ms)
             except RemoteError as exc:
                 if exc.code != -32602:  # -32000: an action failed while running
                     raise

@@ -45,6 +45,9 @@ class ComputerAgentEntry(BaseModel):
     max_frames: Annotated[int, Field(ge=1)] = 3
     """Frames kept in the history (the reference image and the newest always are)."""
     frame: FrameConfig = Field(default_factory=FrameConfig)
+    settle_ms: Annotated[int, Field(ge=0, le=10_000)] = 300
+    """After each batch, wait at most this long for the screen to change and hold still
+    before its frame is taken (0: at once)."""
     done: bool = True
     """Offer the `done` action."""
     strict: bool = True

@@ -227,6 +227,7 @@ def _computer_agent(entry: ComputerAgentEntry, out: str) -> Any:
         strict=entry.strict,
         context=ContextPolicy(max_frames=entry.max_frames),
         frame=entry.frame.model_dump(),
+        settle_ms=entry.settle_ms,
         frames_dir=os.path.join(out, "computer-frames"),
         keep_frames=False,
         params=entry.params,

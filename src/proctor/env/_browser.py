@@ -229,6 +229,11 @@ class BrowserServer:
         """Where the last mouse event put the pointer."""
         return self._cursor[0], self._cursor[1]
 
+    async def look(self) -> bytes:
+        """A small, rough screenshot of the page (a quarter scale JPEG), for `settle_ms`."""
+        image, _, _ = await self.frame(FrameOptions("jpeg", 30, 0.25))
+        return image
+
     # -- chromium ----------------------------------------------------------------------------
 
     def _internal(self) -> InternalClient:

@@ -84,11 +84,18 @@ class DesktopClient:
         return image
 
     async def act(
-        self, actions: Sequence[Mapping[str, Any]], *, frame: bool = True, **options: Any
+        self,
+        actions: Sequence[Mapping[str, Any]],
+        *,
+        frame: bool = True,
+        settle_ms: int = 0,
+        **options: Any,
     ) -> Frame | None:
         """Run a batch of actions in order; the frame after the last one (None if not asked).
 
-        The whole batch is validated before any action runs.
+        The whole batch is validated before any action runs. `settle_ms`: wait at most
+        that long for the screen to change and hold still before the frame is taken (an
+        app redraws some time after the input that changed it).
 
         Raises:
             RemoteError: code -32602 when the batch breaks the protocol (nothing ran),
@@ -97,6 +104,8 @@ class DesktopClient:
         """
         req: dict[str, Any] = {"op": "batch", "actions": [dict(a) for a in actions]}
         req["frame"] = self._frame(options) if frame else False
+        if settle_ms:
+            req["settle_ms"] = settle_ms
         _, image = await self._call(req)
         return image
 

@@ -5,7 +5,7 @@ answered in order, one at a time (`docs/computer.md` has the whole protocol):
 
     {"id": 1, "op": "info"}                 -> {"id": 1, "result": {"width", "height", ...}}
     {"id": 2, "op": "screenshot", "frame"?: {"format", "quality", "scale"}}
-    {"id": 3, "op": "batch", "actions": [...], "frame"?: {...} | false}
+    {"id": 3, "op": "batch", "actions": [...], "frame"?: {...} | false, "settle_ms"?: int}
     {"id": 4, "op": "cursor"}               -> {"id": 4, "result": {"x", "y"}}
     {"id": 5, "op": "subscribe", "interval_ms"?: int, "frame"?: {...}}   (live view only)
 
@@ -14,6 +14,10 @@ A reply carrying a frame says so in `result.frame` (`format`, `width`, `height`,
 Errors are `{"id", "error": {"code", "message"}}`: -32602 a request or batch that breaks
 the protocol (nothing of it ran), -32000 an action that failed while running, -32600 a
 line over the limit (then the connection closes). A bad request never ends a connection.
+
+An app redraws some time after the input that changed it, so a frame taken at once may
+show the screen from before. `settle_ms` makes a batch wait, at most that long, for the
+screen to change and then hold still for one poll (`SETTLE_POLL`) before its frame.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ __all__ = ["ComputerBackend", "serve_computer"]
 log = logging.getLogger("proctor.env.computer")
 
 MIN_INTERVAL_MS = 50
+MAX_SETTLE_MS = 10_000
+SETTLE_POLL = 0.03  # seconds between two looks at the screen while it settles
 
 
 class ComputerBackend(Protocol):
@@ -58,6 +64,10 @@ class ComputerBackend(Protocol):
 
     async def cursor(self) -> tuple[int, int]:
         """The pointer position."""
+        ...
+
+    async def look(self) -> bytes:
+        """A cheap picture of the screen, only ever compared with the last one."""
         ...
 
 
@@ -106,7 +116,7 @@ async def _answer(backend: ComputerBackend, line: bytes, writer: asyncio.StreamW
 _KEYS = {
     "info": {"id", "op"},
     "screenshot": {"id", "op", "frame"},
-    "batch": {"id", "op", "actions", "frame"},
+    "batch": {"id", "op", "actions", "frame", "settle_ms"},
     "cursor": {"id", "op"},
     "subscribe": {"id", "op", "frame", "interval_ms"},
 }
@@ -134,16 +144,37 @@ async def _run(
         )
     except ValueError as exc:
         raise _LineError(BAD_REQUEST, str(exc)) from None
+    settle = req.get("settle_ms", 0)
+    if isinstance(settle, bool) or not isinstance(settle, int) or not 0 <= settle <= MAX_SETTLE_MS:
+        raise _LineError(BAD_REQUEST, f"settle_ms: an integer in 0..{MAX_SETTLE_MS}")
     async with backend.lock:
         if actions:
             try:
+                before = await backend.look() if settle and options is not None else None
                 await backend.perform(actions)
+                if before is not None:
+                    await _settle(backend, before, settle / 1000)
             except Exception as exc:
                 log.debug("computer action failed", exc_info=True)
                 raise _LineError(FAILED, f"{op}: an action failed: {exc}") from None
         if options is None:
             return {"done": len(actions)}, None
         return await _framed(backend, options, {"done": len(actions)})
+
+
+async def _settle(backend: ComputerBackend, before: bytes, limit: float) -> None:
+    """Wait until the screen differs from `before` and then holds still for one poll, or
+    `limit` seconds pass (an action that changes nothing waits the whole limit)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    last, changed = before, False
+    while loop.time() + SETTLE_POLL <= end:
+        await asyncio.sleep(SETTLE_POLL)
+        now = await backend.look()
+        if changed and now == last:
+            return
+        changed = changed or now != before
+        last = now
 
 
 async def _framed(

@@ -253,6 +253,11 @@ class DesktopServer:
         """The pointer position."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._live().pointer)
 
+    async def look(self) -> bytes:
+        """The screen's raw pixels (no encoding), for `settle_ms`."""
+        x, size = self._live(), (self.width, self.height)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, x.capture, *size)
+
     # -- X thread --------------------------------------------------------------------------
 
     def _live(self) -> XDisplay:
