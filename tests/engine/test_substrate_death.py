@@ -198,10 +198,17 @@ async def test_container_killed(podman_image: str, source: Path, network: str) -
     _assert_lost(run, elapsed, "killed by SIGKILL")
 
 
-async def test_container_oom_killed(podman_image: str, source: Path) -> None:
+async def test_container_oom_killed(
+    podman_image: str, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
     runtime = _container(podman_image, source, resources={"memory": "64m"})
     async with runtime:
         run, elapsed = await _doomed_run(runtime, Task(env="doomed-env", id="hog"))
+    # conmon writes an `oom` file into its working folder: never the driver's
+    assert list(here.iterdir()) == []
     # The engine's State.OOMKilled names it where it is reported (cgroup v2, docker);
     # podman on cgroup v1 reports a plain SIGKILL.
     assert run.error is not None

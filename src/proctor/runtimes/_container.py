@@ -239,6 +239,10 @@ class _Container:
         self.rollout = secrets.token_hex(8)
         self.name = f"proctor-{self.rollout}"
         self.dir: str | None = None  # the Unix socket's folder on this machine
+        # The engine client's working folder (also the socket's, on network "none"):
+        # conmon writes an `oom` file into its working folder when the container is
+        # OOM-killed, which was wherever the driver ran.
+        self.folder = _socket_dir(runtime.batch, self.rollout)
         self.token = secrets.token_urlsafe(24)
         self.proc: asyncio.subprocess.Process | None = None
         self.readers: list[asyncio.Task[None]] = []
@@ -257,11 +261,11 @@ class _Container:
         """
         runtime, spec = self.runtime, self.runtime.spec
         env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+        folder = self.folder
+        os.mkdir(folder, 0o700)
         if spec.network == "none":
-            folder = _socket_dir(runtime.batch, self.rollout)
             if len(f"{folder}/{Path(SOCKET).name}") > _MAX_UNIX_PATH:
                 raise RuntimeLaunchError(f"the socket path in {folder} is too long: set TMPDIR")
-            os.mkdir(folder, 0o700)
             self.dir = str(folder)
             env["PROCTOR_SOCKET"] = SOCKET
         else:
@@ -276,6 +280,7 @@ class _Container:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
+                cwd=folder,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -408,12 +413,12 @@ class _Container:
             for reader in self.readers:
                 reader.cancel()
             await asyncio.gather(*self.readers, return_exceptions=True)
-            if self.dir is not None:
-                shutil.rmtree(self.dir, ignore_errors=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _socket_dir(batch: str, rollout: str) -> Path:
-    """The folder of one rollout's Unix socket on this machine."""
+    """One rollout's folder on this machine: the engine client's working folder and, on
+    network "none", its Unix socket's."""
     return Path(tempfile.gettempdir(), f"proctor-{batch}-{rollout}")
 
 
