@@ -96,3 +96,26 @@ async def test_sessions_per_connection_are_capped(workspace: Workspace) -> None:
         for proc in held:
             proc.stdin.write_eof()
             await proc.wait()
+
+
+async def test_stop_ends_running_sessions_and_reaps_their_processes(tmp_path: Path) -> None:
+    # Found in CI: a session still waiting for its killed command when the loop closed
+    # left the child's transport open (a ResourceWarning in whichever test ran next).
+    ws = Workspace(tmp_path / "ws")
+    await ws.start()
+    conn = await _login(ws)
+    try:
+        proc = await conn.create_process("echo $$ > pid; exec sleep 600")
+        pid_file = tmp_path / "ws" / "pid"
+        await until(lambda: pid_file.exists() and pid_file.read_text().strip(), "it started")
+        pid = int(pid_file.read_text())
+        await ws.stop()  # returns only once the session's process is reaped
+        assert _gone(pid)
+        proc.close()
+    finally:
+        conn.close()
+        await conn.wait_closed()
+
+
+def _gone(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists()

@@ -50,6 +50,7 @@ class Workspace:
         self.env = dict(env or {})
         self._server: Any = None
         self._keys: tuple[str, str] | None = None
+        self._sessions: set[asyncio.Task[None]] = set()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -100,13 +101,26 @@ class Workspace:
         )  # fmt: skip
 
     async def stop(self) -> None:
-        """Stop listening and close every session (their processes are killed)."""
+        """Stop listening and end every session: its process group is killed and reaped
+        before this returns, so no child (or its pipes) outlives the workspace."""
         server, self._server = self._server, None
         if server is not None:
             server.close()
             await server.wait_closed()
+        for task in self._sessions:
+            task.cancel()
+        await asyncio.gather(*self._sessions, return_exceptions=True)
 
     async def _session(self, process: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._sessions.add(task)
+        try:
+            await self._serve(process)
+        finally:
+            self._sessions.discard(task)
+
+    async def _serve(self, process: Any) -> None:
         argv = ["/bin/bash", "-c", process.command] if process.command else ["/bin/bash"]
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=self.root, env={**allowed_environ(), "HOME": str(self.root), **self.env},
@@ -127,7 +141,21 @@ class Workspace:
                 proc.stdin.close()  # transport would stay open (ResourceWarning)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            await _reaped(proc)
+
+
+async def _reaped(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed `proc` even when cancelled meanwhile (a cancelled wait would leave
+    its transport open, and the loop may close before anyone reaps it); then re-raise."""
+    waiting = asyncio.ensure_future(proc.wait())
+    cancelled = False
+    while not waiting.done():
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _feed(stdin: Any, proc: asyncio.subprocess.Process) -> None:
