@@ -107,7 +107,7 @@ async def test_stop_ends_running_sessions_and_reaps_their_processes(tmp_path: Pa
     try:
         proc = await conn.create_process("echo $$ > pid; exec sleep 600")
         pid_file = tmp_path / "ws" / "pid"
-        await until(lambda: pid_file.exists() and pid_file.read_text().strip(), "it started")
+        await until(lambda: bool(pid_file.exists() and pid_file.read_text().strip()), "it started")
         pid = int(pid_file.read_text())
         await ws.stop()  # returns only once the session's process is reaped
         assert _gone(pid)
