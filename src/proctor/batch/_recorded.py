@@ -38,8 +38,8 @@ class RecordedRollouts:
     goes; the values of secret-looking variables and of `secrets` are never written.
     Without it the rollouts are only counted for the live view. Each rollout gets a
     session on `proxy` and, to grade, on `judge`. `on_run` hears each run once its group
-    has ended (with its group rewards); `runs` (by index) and `wall_s` hold what ended,
-    also after an interrupt.
+    has ended (with its group rewards); `runs` (by index; only with `keep_runs`, else
+    no run outlives its group) and `wall_s` hold what ended, also after an interrupt.
     """
 
     def __init__(
@@ -53,6 +53,7 @@ class RecordedRollouts:
         proxy: InterceptionProxy | None = None,
         judge: InterceptionProxy | None = None,
         on_run: Callable[[Run], None] | None = None,
+        keep_runs: bool = True,
     ) -> None:
         if len(assignments) != len(spec.rollouts):
             raise ValueError("one assignment per planned rollout")
@@ -65,6 +66,7 @@ class RecordedRollouts:
         self.judge = judge
         self.on_run = on_run
         self.runs: list[Run | None] = [None] * len(spec.rollouts)
+        self.keep_runs = keep_runs
         self.wall_s = 0.0
 
     async def run(self, *, view: IO[str] | None = None, title: str = "") -> None:
@@ -101,7 +103,9 @@ class RecordedRollouts:
         groups = GroupRewards(store, sizes) if max(sizes.values(), default=1) >= 2 else None
 
         async def one(i: int) -> None:
-            run = self.runs[i] = await self._one(i, store, tally)
+            run = await self._one(i, store, tally)
+            if self.keep_runs:
+                self.runs[i] = run
             ended = [run]
             if groups is not None:
                 ended = [

@@ -8,15 +8,11 @@ every rollout after `_run_rows` checked the rows, `_run_summary` summarizes them
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from ._common import Terminated, print_json
 from ._run_plan import RunPlan, plan_run
 from ._run_rollouts import Ended, execute_plan
 from ._run_summary import render, summarize
-
-if TYPE_CHECKING:
-    from ..engine import Job
 
 __all__ = ["cmd_run"]
 
@@ -24,22 +20,24 @@ __all__ = ["cmd_run"]
 def cmd_run(args: argparse.Namespace) -> int:
     """Run every row `--group` times; exit 1 with `--strict` if any run failed."""
     plan = plan_run(args)
-    ended = Ended()
+    ended = Ended(every_error=args.verbose)
     try:
-        job, wall = execute_plan(plan, ended)
+        execute_plan(plan, ended)
     except (KeyboardInterrupt, Terminated):
-        if ended.job is not None and ended.job.runs:  # what ended before the interrupt
-            _report(args, plan, ended.job, ended.wall, interrupted=True)
+        if ended.job is not None and ended.job.summaries:  # what ended before the interrupt
+            _report(args, plan, ended, interrupted=True)
         raise
-    return _report(args, plan, job, wall)
+    return _report(args, plan, ended)
 
 
 def _report(
-    args: argparse.Namespace, plan: RunPlan, job: Job, wall: float, *, interrupted: bool = False
+    args: argparse.Namespace, plan: RunPlan, ended: Ended, *, interrupted: bool = False
 ) -> int:
     """Print the summary (a table, or JSON with `--json`); the exit code. An
     `interrupted` run's summary is of the rollouts that ended, and says so."""
-    summary = summarize(job, wall, every_error=args.verbose)
+    job = ended.job
+    assert job is not None
+    summary = summarize(job, ended.wall, ended.errors)
     summary.update(
         agent=plan.agent_label,
         runtime=args.runtime,
@@ -51,6 +49,6 @@ def _report(
         print_json(summary)
     else:
         if interrupted:
-            print(f"interrupted: the {len(job.runs)} rollout(s) that ended")
+            print(f"interrupted: the {len(job.summaries)} rollout(s) that ended")
         print(render(summary), flush=True)
     return 1 if args.strict and job.stats.errors else 0

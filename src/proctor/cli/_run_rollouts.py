@@ -1,13 +1,14 @@
 """`proctor run`'s rollouts: every (row, repeat) at most `--max-concurrent` at a time,
 each recorded as it goes into the output folder (the batch layout) unless
-`--no-record`, each finished run appended to `--output`, shown live on stderr."""
+`--no-record`, each finished run appended to `--output`, shown live on stderr. No run
+is kept once written: the job holds summaries, so memory stays flat however many run."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._common import CLIError, run_async
@@ -25,10 +26,33 @@ __all__ = ["Ended", "execute_plan"]
 
 @dataclass(slots=True)
 class Ended:
-    """The runs that ended, and over how long, also when the run is interrupted."""
+    """What ended, also when the run is interrupted: the job (a summary per run), over
+    how long, and the first error of each (phase, type), or every error with
+    `every_error`, with its message and traceback."""
 
+    every_error: bool = False
     job: Job | None = None
     wall: float = 0.0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+
+    def note(self, run: Run) -> None:
+        """Count an ended run into the job (not kept) and note its error."""
+        assert self.job is not None
+        self.job.add(run, keep=False)
+        err = run.error
+        if err is None or (not self.every_error and (err.phase, err.type) in self.seen):
+            return
+        self.seen.add((err.phase, err.type))
+        self.errors.append(
+            {
+                "slug": run.slug,
+                "phase": err.phase,
+                "type": err.type,
+                "message": err.message,
+                "traceback": err.traceback,
+            }
+        )
 
 
 def execute_plan(plan: RunPlan, ended: Ended) -> tuple[Job, float]:
@@ -63,6 +87,12 @@ async def _rollouts(plan: RunPlan, writer: _Writer | None, ended: Ended) -> tupl
         spec = RunSpec(
             planned, {"": plan.agent}, runtime, job.id, plan.timeouts, plan.max_concurrent
         )
+
+        def on_run(run: Run) -> None:
+            ended.note(run)
+            if writer is not None:
+                writer(run)
+
         rollouts = RecordedRollouts(
             spec,
             assignments,
@@ -71,7 +101,8 @@ async def _rollouts(plan: RunPlan, writer: _Writer | None, ended: Ended) -> tupl
             secrets=[plan.where.token] if plan.where.token else [],
             proxy=plan.proxy,
             judge=plan.judge,
-            on_run=writer,
+            on_run=on_run,
+            keep_runs=False,
         )
         if plan.record is not None:
             print(f"recording to {plan.record}", file=sys.stderr, flush=True)
@@ -79,7 +110,6 @@ async def _rollouts(plan: RunPlan, writer: _Writer | None, ended: Ended) -> tupl
             await rollouts.run(view=sys.stderr, title=plan.taskset.name)
         finally:
             ended.wall = rollouts.wall_s
-            job.runs.extend(r for r in rollouts.runs if r is not None)
     return job, ended.wall
 
 

@@ -7,41 +7,37 @@ from typing import TYPE_CHECKING, Any
 from ._common import table
 
 if TYPE_CHECKING:
-    from ..agents import Run
-    from ..engine import Job
+    from ..engine import Job, RunSummary
 
 __all__ = ["render", "summarize"]
 
 
-def summarize(job: Job, wall: float, *, every_error: bool = False) -> dict[str, Any]:
-    """The job's totals plus one row per template, JSON-ready.
-
-    `first_errors` holds the first failure of each (phase, type), or every failure
-    with `every_error`, each with its traceback when the error carries one.
-    """
-    by_template: dict[tuple[str, str], list[Run]] = {}
-    for run in job.runs:
-        by_template.setdefault((run.task.env, run.task.id), []).append(run)
+def summarize(job: Job, wall: float, errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's totals plus one row per template, JSON-ready, from its run summaries;
+    `errors` (`Ended.errors`) become `first_errors`."""
+    by_template: dict[tuple[str, str], list[RunSummary]] = {}
+    for s in job.summaries:
+        by_template.setdefault((s.env, s.task_id), []).append(s)
     several_envs = len({env for env, _ in by_template}) > 1
     templates = [
         {"template": f"{env}/{tid}" if several_envs else tid, "env": env, "id": tid} | _totals(runs)
         for (env, tid), runs in by_template.items()
     ]
-    total = _totals(job.runs)
+    total = _totals(job.summaries)
     return {
         **job.to_dict(),
         "wall_time_s": wall,
-        "rollouts_per_s": len(job.runs) / wall if wall > 0 else None,
+        "rollouts_per_s": len(job.summaries) / wall if wall > 0 else None,
         "stop_reasons": total["stop_reasons"],
         "evaluation_failed": total["evaluation_failed"],
         "usage": total["usage"],
         "cost_usd": total["cost_usd"],
         "templates": templates,
-        "first_errors": _first_errors(job.runs, every_error),
+        "first_errors": errors,
     }
 
 
-def _totals(runs: list[Run]) -> dict[str, Any]:
+def _totals(runs: list[RunSummary]) -> dict[str, Any]:
     """Runs, rewards, errors, budget stops, tokens and cost of some runs."""
     from collections import Counter
 
@@ -54,32 +50,12 @@ def _totals(runs: list[Run]) -> dict[str, Any]:
         "runs": len(runs),
         "graded": len(rewards),
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,
-        "errors": sum(1 for r in runs if r.error is not None),
+        "errors": sum(1 for r in runs if r.error_phase is not None),
         "evaluation_failed": sum(1 for r in runs if r.evaluation_failed),
         "stop_reasons": dict(Counter(r.stop_reason for r in runs if r.stop_reason)),
         "usage": dict(usage),
         "cost_usd": sum(costs) if costs else None,
     }
-
-
-def _first_errors(runs: list[Run], every: bool) -> list[dict[str, Any]]:
-    seen: set[tuple[str, str]] = set()
-    shown = []
-    for run in runs:
-        err = run.error
-        if err is None or (not every and (err.phase, err.type) in seen):
-            continue
-        seen.add((err.phase, err.type))
-        shown.append(
-            {
-                "slug": run.slug,
-                "phase": err.phase,
-                "type": err.type,
-                "message": err.message,
-                "traceback": getattr(err, "traceback", None),
-            }
-        )
-    return shown
 
 
 def _mean(value: float | None) -> str:

@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ..agents import Run
+from ._collect import Collector, SinkLike, sink_call
 from ._drive import default_runtime, rollout
-from ._groups import apply_group_rewards, check_group_rewards
+from ._groups import check_group_rewards
 from ._job import Job
 from ._spec import Planned, RunSpec
 from ._timeouts import Timeouts
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     from ._ray_executor import RayExecutor
 
 __all__ = ["for_each", "run_taskset"]
-
-log = logging.getLogger("proctor.engine")
 
 T = TypeVar("T")
 
@@ -74,38 +73,53 @@ async def run_taskset(
     limits: ModelLimits | None = None,
     executor: Literal["local", "ray"] | RayExecutor = "local",
     judge: InterceptionProxy | None = None,
+    keep: Literal["runs", "summaries"] = "runs",
+    sink: SinkLike | None = None,
 ) -> Job:
     """Run every task `group` times and return the `Job`; never raises for a rollout.
 
     Rows expand into `(task, group_id)` pairs (repeats of a row share a group id);
-    placement is resolved once; at most `max_concurrent` rollouts run at a time. Runs
-    land in `job.runs` in expansion order; `on_run` hears each as it finishes (before
-    its group's rewards). With a `proxy`, each rollout gets its own session on it
-    (budgets `limits`); with a `judge` proxy, each grading phase gets one on it.
+    placement is resolved once; at most `max_concurrent` rollouts run at a time.
+    `on_run` hears each run as it finishes (before its group's rewards). With a
+    `proxy`, each rollout gets its own session on it (budgets `limits`); with a
+    `judge` proxy, each grading phase gets one on it.
 
-    Once every rollout ended, each group's runs get the group rewards of their row's
+    Once every rollout of a group ended, its runs get the group rewards of their row's
     environment (`@env.group_reward`, found by name in this process) and, in a group
-    of two or more, `run.advantage` (see `apply_group_rewards`).
+    of two or more, `run.advantage` (see `apply_group_rewards`). Then each run leaves a
+    `RunSummary` in `job.summaries`, stays in `job.runs` with `keep="runs"` (both in
+    expansion order) and goes to `sink` (a `RunSink`, or a callable, sync or async).
+    `keep="summaries"` keeps none of them: a run the sink has taken is let go, so
+    memory stays flat however many rollouts run. `keep="runs"` is the default because
+    small interactive jobs are read run by run (traces, grades); each kept run holds
+    its trace, a few KB at least. A sink that raises stops the job: nothing more is
+    started (with the local executor), and its error is raised once the rollouts in
+    flight ended. After an interrupt or a failure, the runs of groups not settled yet
+    still reach the job and the sink, without group rewards.
 
     `executor="local"` runs every agent loop in this event loop; `"ray"` (or a
     `RayExecutor` for its options) runs them on Ray workers across a cluster, which
     need the agent and `runtime` to be picklable; `proxy` is not supported there.
 
     Raises:
-        ValueError: a bad count or executor, a `proxy` or `judge` with
+        ValueError: a bad count, `keep` or executor, a `proxy` or `judge` with
             `executor="ray"`, or a group smaller than 2 for a row whose environment
             has group rewards (before anything starts).
+        TypeError: `sink` is neither callable nor has an `add(run)` method.
         RuntimeLaunchError: `executor="ray"` could not reach Ray or start a shard.
+        Exception: what the sink raised.
     """
     group = 1 if group is None else group
     if group < 1:
         raise ValueError("group must be >= 1")
+    if keep not in ("runs", "summaries"):
+        raise ValueError(f"keep must be 'runs' or 'summaries', not {keep!r}")
+    give = sink_call(sink)
     runner = _executor(executor, proxy, limits, judge)
     job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
     rows = list(tasks)
     check_group_rewards(rows, group)
-    groups = [(task, os.urandom(16).hex()) for task in rows]
-    planned = [Planned(task, gid) for task, gid in groups for _ in range(group)]
+    planned = _Expansion([(task, os.urandom(16).hex()) for task in rows], group)
     spec = RunSpec(
         planned,
         {"": agent},
@@ -114,37 +128,63 @@ async def run_taskset(
         Timeouts.of(rollout_timeout),
         max_concurrent,
     )
-    results = _Results(len(planned), on_run)
-    try:
-        await runner.run(spec, results.finished)
-    finally:
-        runs = results.runs()
-        job.runs.extend(runs)
-    await apply_group_rewards(runs)
+    collector = Collector(len(planned), group, keep=keep == "runs", on_run=on_run, sink=give)
+    if isinstance(runner, _LocalExecutor):
+        runner.stop = lambda: collector.broken
+    await _collected(runner, spec, collector, job)
     return job
 
 
-class _Results:
-    """Runs by expansion index as they finish; `on_run` hears each one."""
+async def _collected(
+    runner: _LocalExecutor | RayExecutor, spec: RunSpec, collector: Collector, job: Job
+) -> None:
+    """Run `spec` with `collector` draining beside it; fill `job`, also on a failure."""
+    drain = asyncio.create_task(collector.drain())
+    try:
+        try:
+            await runner.run(spec, collector.finished)
+        finally:
+            collector.close()
+        await drain
+    finally:
+        if not drain.done():  # interrupted (or the executor failed): stop settling
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await drain
+        await collector.give_up()
+        job.runs.extend(collector.runs())
+        job.summaries.extend(collector.summaries())
 
-    def __init__(self, size: int, on_run: Callable[[Run], Any] | None) -> None:
-        self._runs: list[Run | None] = [None] * size
-        self._on_run = on_run
 
-    def finished(self, i: int, run: Run) -> None:
-        self._runs[i] = run
-        if self._on_run is not None:
-            try:
-                self._on_run(run)
-            except Exception:  # a broken progress callback must not sink the batch
-                log.exception("on_run callback failed for %s", run.slug)
+class _Expansion(Sequence[Planned]):
+    """Each row's rollouts, `group` in a row sharing the row's group id, made on
+    demand: a `Planned` per rollout need not live for the whole job."""
 
-    def runs(self) -> list[Run]:
-        return [r for r in self._runs if r is not None]
+    def __init__(self, rows: list[tuple[Task, str]], group: int) -> None:
+        self._rows = rows
+        self._group = group
+
+    def __len__(self) -> int:
+        return len(self._rows) * self._group
+
+    @overload
+    def __getitem__(self, i: int) -> Planned: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Planned]: ...
+    def __getitem__(self, i: int | slice) -> Planned | Sequence[Planned]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        task, gid = self._rows[i // self._group]
+        return Planned(task, gid)
 
 
 class _LocalExecutor:
-    """Every agent loop in this event loop, on the pool."""
+    """Every agent loop in this event loop, on the pool; once `stop()` is true, no
+    more rollouts start."""
 
     def __init__(
         self,
@@ -155,6 +195,7 @@ class _LocalExecutor:
         self.proxy = proxy
         self.limits = limits
         self.judge = judge
+        self.stop: Callable[[], bool] | None = None
 
     async def run(self, spec: RunSpec, finished: Callable[[int, Run], None]) -> None:
         """Run every planned rollout; hand each `Run` to `finished` as it ends."""
@@ -175,7 +216,9 @@ class _LocalExecutor:
             )
             finished(i, run)
 
-        await for_each(range(len(spec.rollouts)), one, max_concurrent=spec.max_concurrent)
+        await for_each(
+            range(len(spec.rollouts)), one, max_concurrent=spec.max_concurrent, stop=self.stop
+        )
 
 
 def _executor(
