@@ -26,6 +26,10 @@ SLOW: dict[str, tuple[str, tuple[str, ...]]] = {
         (),
     ),
     "examples/test_math_example.py": ("uv builds the math example's script venvs (18 s)", ()),
+    "placement/test_placement.py": (
+        "a python_image with the example and a container (10 s)",
+        ("test_a_harness_in_a_container_fixes_the_file_the_task_gave_it",),
+    ),
     "importers/test_cli_foreign.py": (
         "verifiers and Inspect interpreters from the CLI (11-29 s)",
         (),

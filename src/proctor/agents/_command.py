@@ -16,6 +16,8 @@ import orjson
 
 from .._errors import RolloutError
 from ._jail import HOME, Jail, Routes, private_folder
+from ._placement import Placed, run_placed
+from ._placement_needs import Needs
 
 if TYPE_CHECKING:
     from ..agents._run import Run
@@ -27,6 +29,7 @@ _PASSED = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ"})
 _PASSED_PREFIX = "LC_"
 _URL_VARS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 _TAIL = 4000
+Placement = Literal["jail", "substrate"]
 
 
 class CommandAgent:
@@ -80,6 +83,22 @@ class CommandAgent:
             when the driver is root, must be allowed to write there: others-writable).
         tmpfs_size: bytes each of the jail's `HOME`, `/tmp` and `/dev/shm` may hold
             (they live in memory); None for no cap.
+        placement: `jail` (the default: beside the substrate, as above) or `substrate`:
+            inside the rollout's sandbox or container (`SandboxRuntime`,
+            `ContainerRuntime`, `HarborRuntime`), as the environment server's user, in
+            the task's working folder (or `cwd`, a path there), seeing its files and
+            tools as they are. Its environment is then the substrate's `PATH`, `HOME`,
+            `LANG`, `TERM`, `TZ`, the proxy session's variables (the URLs name a
+            loopback port inside whose connections reach the proxy through the
+            driver: docs/placement.md), the `PROCTOR_*` ones (capability URLs as
+            served inside), `PROCTOR_HARNESS` (the folder `ship`ped files are in) and
+            `env`; `binds`, `writable`, `tmpfs_size` and `jail` do not apply.
+        ship: files of this machine copied into the substrate for each rollout (into
+            `PROCTOR_HARNESS`); an `argv` item naming one (as given) is rewritten to
+            its copy. Only with `placement="substrate"`, where an `argv` item
+            `{python}` is the substrate's Python (the environment server's).
+        needs: what the harness needs (`Needs`), checked by the batch plan against the
+            task set and the runtime before launch.
     """
 
     def __init__(
@@ -95,6 +114,9 @@ class CommandAgent:
         binds: Iterable[str | os.PathLike[str]] = (),
         writable: Iterable[str | os.PathLike[str]] = (),
         tmpfs_size: int | None = 1 << 30,
+        placement: Placement = "jail",
+        ship: Iterable[str | os.PathLike[str]] = (),
+        needs: Needs | None = None,
     ) -> None:
         self.argv = argv.split() if isinstance(argv, str) else list(argv)
         if not self.argv:
@@ -108,6 +130,24 @@ class CommandAgent:
         self.binds = [Path(p).absolute() for p in binds]
         self.writable = [Path(p).absolute() for p in writable]
         self.tmpfs_size = tmpfs_size
+        if placement not in ("jail", "substrate"):
+            raise ValueError(f"placement must be 'jail' or 'substrate', not {placement!r}")
+        self.placement: Placement = placement
+        self.ship = [Path(p).absolute() for p in ship]
+        if self.ship and placement != "substrate":
+            raise ValueError(
+                "ship= copies files into the substrate: only with placement='substrate'"
+            )
+        for path in self.ship:
+            if not path.is_file():
+                raise ValueError(f"ship: {path} is not a file")
+        if len({p.name for p in self.ship}) != len(self.ship):
+            raise ValueError("ship: two files of the same name")
+        self.needs = needs or Needs()
+        shipped = {str(p): p for p in self.ship}
+        self._placed_argv: list[str | Path] = [
+            shipped.get(os.path.abspath(arg), arg) for arg in self.argv
+        ]
 
     def __repr__(self) -> str:
         return f"CommandAgent({self.argv!r})"
@@ -147,12 +187,19 @@ class CommandAgent:
     async def __call__(self, run: Run) -> None:
         prompt = run.prompt
         stdin = prompt.encode() if isinstance(prompt, str) else orjson.dumps(prompt)
-        env, routes = self._environ(run)
         t0 = time.time()
+        if self.placement == "substrate":
+            code, out, err = await self._placed(run, stdin)
+            self._finish(run, t0, code, out, err)
+            return
+        env, routes = self._environ(run)
         if self.jail:
             code, out, err = await self._jailed(env, routes, stdin)
         else:
             code, out, err = await self._unjailed(env, stdin)
+        self._finish(run, t0, code, out, err)
+
+    def _finish(self, run: Run, t0: float, code: int | None, out: bytes, err: bytes) -> None:
         stderr = err.decode("utf-8", "replace")[-_TAIL:]
         refused = None if run.proxy_session is None else run.proxy_session.stop_reason
         if code != 0 and refused is not None:  # stopped by a budget: graded on its output
@@ -173,6 +220,38 @@ class CommandAgent:
         value = self._parse(out, strict=True)
         run.trace.content = value
         run.trace.add("assistant", value, start=t0, exit_code=0, stderr=stderr)
+
+    async def _placed(self, run: Run, stdin: bytes) -> tuple[int | None, bytes, bytes]:
+        entry = run.substrate
+        if entry is None:
+            raise RolloutError(
+                "CommandAgent(placement='substrate'): this runtime cannot host a harness "
+                "(SandboxRuntime without warm, ContainerRuntime and HarborRuntime can); "
+                "use placement='jail'"
+            )
+        model = run.model_env
+        urls = {k: v for k, v in model.items() if k in _URL_VARS}
+        env = {k: v for k, v in os.environ.items() if k in self.pass_env}
+        env.update({k: v for k, v in model.items() if k not in _URL_VARS})
+        env["PROCTOR_TASK_ID"] = run.task.id
+        env["PROCTOR_TRACE_ID"] = run.trace_id
+        caps = {}
+        if run.client is not None and run.client.manifest is not None:
+            for cap in run.client.manifest.bindings:  # as served inside the substrate
+                params = run.binding(cap.name).params
+                caps[cap.name] = {"protocol": cap.protocol, "url": cap.url, "params": params}
+        env["PROCTOR_CAPABILITIES"] = orjson.dumps(caps).decode()
+        env.update(self.env)
+        placed = Placed(
+            self._placed_argv, env, urls, cwd=self.cwd, stdin=stdin, grace=self.kill_grace
+        )
+        code, out, err = await run_placed(entry, placed)
+        if code is None:
+            raise RolloutError(
+                f"the harness could not start in the {entry.kind}: "
+                f"{err.decode('utf-8', 'replace').strip()[-_TAIL:]}"
+            )
+        return code, out, err
 
     def _parse(self, out: bytes, *, strict: bool) -> object:
         """The answer in `out`: its stripped text, or its JSON (None for no JSON when not

@@ -88,6 +88,7 @@ class Run:
         "started_at",
         "status",
         "stop_reason",
+        "substrate",
         "task",
         "trace",
         "verifier_trace",
@@ -118,6 +119,7 @@ class Run:
         self.launch_errors: list[RunError] = []
         self.client: EnvClient | None = None
         self.proxy_session: ProxySession | None = None
+        self.substrate: Any = None  # the runtime's SubstrateEntry, if it can host a harness
         self.stop_reason: str | None = None
         self.judge: JudgeEndpoint | None = None
         self.actor_grade: Grade | None = None

@@ -230,6 +230,7 @@ async def _provision(
     run = phases.run
     phases.enter("provisioning")
     endpoint = await stack.enter_async_context(runtime(run.task))
+    run.substrate = endpoint.entry
     phases.enter("connecting")
     # The phase deadline names "connecting" when it fires; connect() also stops by
     # itself after ready_timeout, with a ConnectTimeout saying what it last saw.

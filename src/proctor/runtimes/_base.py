@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 if TYPE_CHECKING:
     from ..channel import EnvServer
     from ..records import Task
+    from ._enter import SubstrateEntry
 
 __all__ = ["Endpoint", "Runtime", "RuntimeLike", "UrlRuntime", "exit_cause"]
 
@@ -36,6 +37,9 @@ class Endpoint:
     """Resolves with the cause ("environment server killed by SIGKILL") if the substrate
     dies while the endpoint is in use; None where the runtime cannot tell. The engine
     fails the rollout at once when it does."""
+    entry: SubstrateEntry | None = field(default=None, repr=False, compare=False)
+    """How to start a process inside the substrate (a harness placed there,
+    `CommandAgent(placement="substrate")`); None where the runtime cannot host one."""
 
     @property
     def target(self) -> str | EnvServer:

@@ -21,6 +21,7 @@ from .._errors import RuntimeLaunchError
 from .._resource import AsyncResource
 from ._base import Endpoint, Runtime, exit_cause
 from ._container_spec import NAME, SOCKET, SOCKET_DIR, ContainerSpec, Engine
+from ._enter import SubstrateEntry
 from ._process import MARK, REAP, Tail, check_teardown, killpg, parse_report
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ class _Container:
             inside = Path(value)
             if inside.parent != Path(SOCKET_DIR):
                 raise RuntimeLaunchError(self.tail.why(f"socket {value} is not in {SOCKET_DIR}"))
-            return Endpoint(f"unix://{self.dir}/{inside.name}", died=self.death)
+            return Endpoint(f"unix://{self.dir}/{inside.name}", died=self.death, entry=self.entry())
         if self.dir is not None:
             raise RuntimeLaunchError(
                 self.tail.why(
@@ -318,7 +319,16 @@ class _Container:
         if value != str(port):
             raise RuntimeLaunchError(self.tail.why(f"serves port {value}, not {port}"))
         host_port = await self.runtime._host_port(self.name)
-        return Endpoint(f"tcp://127.0.0.1:{host_port}", token=self.token, died=self.death)
+        return Endpoint(
+            f"tcp://127.0.0.1:{host_port}", token=self.token, died=self.death, entry=self.entry()
+        )
+
+    def entry(self) -> SubstrateEntry:
+        """`podman exec -i` (or docker's) into this container, as its user, in its workdir."""
+        spec = self.runtime.spec
+        python = spec.command[0] if spec.command else "python"
+        prefix = (*self.runtime._exe, "exec", "-i", self.name)
+        return SubstrateEntry("container", prefix, python, None, _client_env(), {}, spec.network)
 
     async def _read(self, stream: asyncio.StreamReader, fd: int) -> None:
         """Route one output stream: the announcement, then lines to the log."""
@@ -414,6 +424,12 @@ class _Container:
                 reader.cancel()
             await asyncio.gather(*self.readers, return_exceptions=True)
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _client_env() -> dict[str, str]:
+    """The engine client's environment for an `exec`: the driver's (the client needs its
+    runtime folders), which the engine never passes into the container."""
+    return dict(os.environ)
 
 
 def _socket_dir(batch: str, rollout: str) -> Path:

@@ -246,8 +246,9 @@ class SandboxRuntime(Runtime, AsyncResource):
             info_w = token_r = -1
             url = await sandbox.ready(info_r, None if ctl is None else ctl / "ctl.sock")
             died = sandbox.proc.death
+            entry = None if sandbox.pid is None else host.entry(sandbox.pid, limits.inside())
             with _deadline(limits.wall_time, sandbox.kill, died):
-                yield Endpoint(url, token=token, died=died)
+                yield Endpoint(url, token=token, died=died, entry=entry)
         finally:
             for fd in (info_r, info_w, token_r, token_w):
                 if fd >= 0:

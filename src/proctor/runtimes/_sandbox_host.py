@@ -20,12 +20,13 @@ import socket
 import subprocess
 import sys
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .._errors import RuntimeLaunchError
 from .._tempdirs import owned_tempdir, sweep
+from ._enter import SubstrateEntry
 from ._process import REAP, Child
 from ._sandbox_limits import _Limits
 from ._warm import Forked, request
@@ -198,6 +199,23 @@ class _Host:
             argv += ["--as-pid-1", "--info-fd", str(info_fd)]
         return [*argv, "--", *command]
 
+    def entry(self, pid: int, limits: Mapping[str, Any]) -> SubstrateEntry:
+        """`nsenter` into every namespace of the sandbox whose first process is `pid`, as
+        the sandbox's user, in its root and working folder, with its `limits`."""
+        uid = str(SANDBOX_UID)
+        argv = [self.nsenter, f"--target={pid}", "--user", "--mount", "--pid", "--net"]
+        argv += ["--ipc", "--uts", "--cgroup", "--root", "--wd", "--setuid", uid, "--setgid", uid]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": WORKDIR}
+        return SubstrateEntry(
+            "sandbox",
+            (*argv, "--"),
+            self.runtime.python,
+            WORKDIR,
+            {**env, **self.runtime.env},
+            dict(limits),
+            self.runtime.network,
+        )
+
     def _entered(self) -> list[str]:
         """As root: nsenter into the mount helper's namespace, as the sandbox's host uid."""
         if not self.as_root:
@@ -336,6 +354,7 @@ class _Cold:
         self.runtime = runtime
         self.proc = _Proc(runtime, "sandbox")
         self.pidfd: int | None = None
+        self.pid: int | None = None  # the sandbox's first process, on the host
         self.announced: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.proc.on_stdout = self._stdout
 
@@ -351,6 +370,7 @@ class _Cold:
         with contextlib.suppress(OSError, ValueError, KeyError):
             pid = json.loads(os.read(info_fd, 65536))["child-pid"]
             self.pidfd = os.pidfd_open(pid)
+            self.pid = pid
         if socket_path is not None:
             return f"unix://{socket_path}"
         return f"tcp://127.0.0.1:{int(line.partition(b'=')[2])}"

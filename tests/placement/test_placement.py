@@ -1,0 +1,150 @@
+"""`CommandAgent(placement="substrate")`: the harness runs inside the rollout's sandbox or
+container, its model calls relayed to the driver's proxy through the entry's pipes."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from proctor import rollout
+from proctor.agents import CommandAgent
+from proctor.proxy import InterceptionProxy, Upstream
+from proctor.runtimes import ContainerRuntime, LocalRuntime, SandboxRuntime, python_image
+from proctor.testing import FakeModelServer, Reply
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "placement"
+HARNESS = EXAMPLE / "harness.py"
+SENTINEL = "sk-proj-FAKE99placementsentinel"
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def _example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("placement_env", EXAMPLE / "env.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _replies() -> object:
+    replies = iter([Reply('{"path": "notes.txt", "content": "hello world\\n"}'), Reply("done")])
+    return lambda _request: next(replies)
+
+
+def _harness() -> CommandAgent:
+    return CommandAgent(["{python}", str(HARNESS)], placement="substrate", ship=[HARNESS])
+
+
+@needs_bwrap
+async def test_a_harness_in_a_sandbox_fixes_the_file_the_task_gave_it() -> None:
+    env = _example()
+    async with (
+        FakeModelServer(_replies()) as fake,
+        InterceptionProxy(Upstream(fake.url)) as proxy,
+        SandboxRuntime(EXAMPLE / "env.py") as runtime,
+    ):
+        run = await rollout(env.fix_typo(), _harness(), runtime=runtime, proxy=proxy)
+    assert run.status == "completed", run.error
+    assert run.reward == 1.0
+    assert run.answer == "done"
+    assert [s.kind for s in run.trace.steps].count("model_turn") == 2
+
+
+# Inside the substrate: what the harness sees of the driver, its model endpoint and
+# where it runs. It prints one JSON object.
+_PROBE = r"""
+import json, os, sys, urllib.request
+found = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            found.append(open(f"/proc/{pid}/environ", "rb").read())
+        except OSError:
+            pass
+url = os.environ["OPENAI_BASE_URL"]
+req = urllib.request.Request(url + "/chat/completions", data=json.dumps(
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+reply = json.load(urllib.request.urlopen(req, timeout=30))
+print(json.dumps({
+    "leak": any(b"FAKE99" in blob for blob in found),
+    "key": os.environ["OPENAI_API_KEY"],
+    "url": url,
+    "cwd": os.getcwd(),
+    "uid": os.getuid(),
+    "reply": reply["choices"][0]["message"]["content"],
+    "caps": sorted(json.loads(os.environ["PROCTOR_CAPABILITIES"])),
+    "task_file": os.path.exists("/tmp/workspace/notes.txt"),
+}))
+"""
+
+
+@needs_bwrap
+async def test_the_sandboxed_harness_gets_a_session_secret_and_a_loopback_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    monkeypatch.setenv("PROCTOR_LEAK_CHECK", SENTINEL)
+    env = _example()
+    probe = CommandAgent(["{python}", "-c", _PROBE], placement="substrate", answer="json")
+    async with (
+        FakeModelServer(lambda _: Reply("hello")) as fake,
+        InterceptionProxy(Upstream(fake.url)) as proxy,
+        SandboxRuntime(EXAMPLE / "env.py") as runtime,
+    ):
+        run = await rollout(env.fix_typo(), probe, runtime=runtime, proxy=proxy)
+        proxy_url = proxy.base_url
+    assert run.status == "completed", run.error
+    seen = run.answer
+    assert seen["leak"] is False
+    assert seen["key"] != SENTINEL and seen["key"]
+    assert seen["url"].startswith("http://127.0.0.1:") and seen["url"] != proxy_url
+    assert seen["reply"] == "hello"
+    assert seen["cwd"] == "/sandbox" and seen["task_file"] is True
+    assert seen["uid"] == 65534
+    assert seen["caps"] == ["shell"]
+
+
+async def test_a_runtime_that_cannot_host_the_harness_fails_the_rollout_saying_so() -> None:
+    env = _example()
+    run = await rollout(env.fix_typo(), _harness(), runtime=LocalRuntime(env.env))
+    assert run.status == "failed"
+    assert run.error is not None and run.error.phase == "agent"
+    assert "cannot host a harness" in run.error.message
+    assert "placement='jail'" in run.error.message
+
+
+def test_a_placement_is_jail_or_substrate_and_ship_needs_the_substrate() -> None:
+    with pytest.raises(ValueError, match="placement must be"):
+        CommandAgent(["x"], placement="box")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="only with placement='substrate'"):
+        CommandAgent(["x"], ship=[HARNESS])
+    with pytest.raises(ValueError, match="is not a file"):
+        CommandAgent(["x"], placement="substrate", ship=[EXAMPLE])
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    if shutil.which("podman") is None:
+        pytest.skip("needs podman")
+    return python_image(engine="podman", paths=[EXAMPLE])
+
+
+async def test_a_harness_in_a_container_fixes_the_file_the_task_gave_it(image: str) -> None:
+    env = _example()
+    containers = ContainerRuntime(image, source=str(EXAMPLE / "env.py"), engine="podman")
+    async with (
+        FakeModelServer(_replies()) as fake,
+        InterceptionProxy(Upstream(fake.url)) as proxy,
+        containers,
+    ):
+        run = await rollout(env.fix_typo(), _harness(), runtime=containers, proxy=proxy)
+    assert run.status == "completed", run.error
+    assert run.reward == 1.0
+    assert run.answer == "done"
