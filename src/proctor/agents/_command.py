@@ -10,7 +10,7 @@ import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -97,8 +97,8 @@ class CommandAgent:
             `PROCTOR_HARNESS`); an `argv` item naming one (as given) is rewritten to
             its copy. Only with `placement="substrate"`, where an `argv` item
             `{python}` is the substrate's Python (the environment server's).
-        needs: what the harness needs (`Needs`), checked by the batch plan against the
-            task set and the runtime before launch.
+        needs: what the harness needs (`Needs`, or its fields as a mapping), checked by
+            the batch plan against the task set and the runtime before launch.
     """
 
     def __init__(
@@ -116,7 +116,7 @@ class CommandAgent:
         tmpfs_size: int | None = 1 << 30,
         placement: Placement = "jail",
         ship: Iterable[str | os.PathLike[str]] = (),
-        needs: Needs | None = None,
+        needs: Needs | Mapping[str, Any] | None = None,
     ) -> None:
         self.argv = argv.split() if isinstance(argv, str) else list(argv)
         if not self.argv:
@@ -143,7 +143,7 @@ class CommandAgent:
                 raise ValueError(f"ship: {path} is not a file")
         if len({p.name for p in self.ship}) != len(self.ship):
             raise ValueError("ship: two files of the same name")
-        self.needs = needs or Needs()
+        self.needs = needs if isinstance(needs, Needs) else Needs(**(needs or {}))
         shipped = {str(p): p for p in self.ship}
         self._placed_argv: list[str | Path] = [
             shipped.get(os.path.abspath(arg), arg) for arg in self.argv

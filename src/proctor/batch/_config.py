@@ -31,7 +31,7 @@ from pydantic import (
 from .._errors import BatchConfigError
 from ._config_computer import ComputerAgentEntry, FrameConfig
 from ._config_ids import _MAX_ID, Assignment, _clean, rollout_id
-from ._config_model import model_name, model_string
+from ._config_model import PlacementFields, model_name, model_string
 
 if TYPE_CHECKING:
     from ..engine import Timeouts
@@ -163,7 +163,7 @@ class ToolAgentEntry(_AgentBase):
         return model_name(self.model)
 
 
-class CommandAgentEntry(_AgentBase):
+class CommandAgentEntry(PlacementFields, _AgentBase):
     """A harness command per rollout (`CommandAgent`) behind the interception proxy."""
 
     kind: Literal["command"]

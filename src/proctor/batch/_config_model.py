@@ -1,10 +1,14 @@
-"""A batch config's model strings: checked when the config is parsed, named without their URL."""
+"""A batch config's model strings (checked when the config is parsed, named without their
+URL) and a harness entry's placement."""
 
 from __future__ import annotations
 
+from typing import Literal
 from urllib.parse import urlsplit
 
-__all__ = ["model_name", "model_string"]
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["NeedsEntry", "PlacementFields", "model_name", "model_string"]
 
 
 def model_string(value: str) -> str:
@@ -24,3 +28,24 @@ def model_string(value: str) -> str:
 def model_name(model: str) -> str:
     """The model string without its URL or API: `openai/gpt-4.1-mini`."""
     return model.split("@", 1)[0].split("?", 1)[0]
+
+
+class NeedsEntry(BaseModel):
+    """What a harness needs (`Needs`): checked by the plan against the tasks and runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capabilities: list[str] = Field(default_factory=list)
+    api: Literal["openai-chat", "openai-responses", "anthropic-messages"] | None = None
+    image: str | None = None
+    network: bool = False
+
+
+class PlacementFields(BaseModel):
+    """Where a harness runs (`CommandAgent(placement=, ship=, needs=)`)."""
+
+    placement: Literal["jail", "substrate"] = "jail"
+    """`jail` beside the substrate, or `substrate`: inside the rollout's sandbox or container."""
+    ship: list[str] = Field(default_factory=list)
+    """Files copied into the substrate for each rollout (relative to the config)."""
+    needs: NeedsEntry = Field(default_factory=NeedsEntry)

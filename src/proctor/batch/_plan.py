@@ -44,6 +44,7 @@ from ._config import (
 from ._config_load import load_config
 from ._plan_env import Loaded, load
 from ._plan_models import catalogs, credentials, keys_in_environment, projected_cost, unpriced
+from ._plan_placement import placement_problems
 from ._plan_substrate import check_substrate
 
 __all__ = ["Check", "Plan", "aplan", "plan"]
@@ -415,6 +416,7 @@ async def _substrate(config: BatchConfig, loading: asyncio.Task[Loaded]) -> Chec
         problems, details = await check_substrate(config, rows, enabled)
     except (ValueError, TypeError) as exc:  # a malformed resources mapping in a row
         problems, details = [f"{exc}"], {"runtime": config.runtime.kind}
+    problems += placement_problems(config, rows, loaded.env)
     passed = f"{config.runtime.kind} substrates for a wave of {details.get('wave', 0)}"
     return _result("substrate", problems, passed, details)
 

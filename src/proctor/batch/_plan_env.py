@@ -188,6 +188,7 @@ async def _ask(loaded: Loaded, provider: Any, task: Any) -> None:
             assert c.manifest is not None
             listed = await c.list_tasks()
             name, version = c.manifest.env_name, c.manifest.env_version
+            capabilities = sorted(cap.name for cap in c.manifest.bindings)
     except Exception as exc:
         loaded.env_error = f"{type(exc).__name__}: {exc}"
         return
@@ -201,6 +202,7 @@ async def _ask(loaded: Loaded, provider: Any, task: Any) -> None:
         "name": name,
         "version": version,
         "templates": sorted(templates),
+        "capabilities": capabilities,
         "row_problems": problems,
     }
     loaded.notes.append("args checked by name against each template's published schema")

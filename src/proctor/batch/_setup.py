@@ -190,12 +190,16 @@ def _agent(config: BatchConfig, entry: Any, out: str) -> Any:
     if isinstance(entry, CommandAgentEntry):
         from ..agents import CommandAgent
 
+        shipped = set(entry.ship)  # an argv item naming a shipped file names its copy
         return CommandAgent(
-            entry.argv,
+            [config.resolve(arg) if arg in shipped else arg for arg in entry.argv],
             cwd=config.resolve(entry.cwd) if entry.cwd else None,
             env=entry.env,
             answer=entry.answer,
             kill_grace=entry.kill_grace,
+            placement=entry.placement,
+            ship=[config.resolve(path) for path in entry.ship],
+            needs=entry.needs.model_dump(),
         )
     assert isinstance(entry, PythonAgentEntry)
     from .._loader import load_agent
