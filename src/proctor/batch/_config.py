@@ -43,6 +43,7 @@ __all__ = [
     "BatchConfig",
     "BatchConfigError",
     "CommandAgentEntry",
+    "ComposeRuntimeConfig",
     "ComputerAgentEntry",
     "ConfigProblem",
     "ContainerRuntimeConfig",
@@ -312,6 +313,28 @@ class ContainerRuntimeConfig(_Launch):
     _env = field_validator("env")(_no_secret_names)
 
 
+class ComposeRuntimeConfig(_Launch):
+    """A Compose project per rollout (`ComposeRuntime`), never pulled."""
+
+    kind: Literal["compose"]
+    file: str | None = None
+    """The Compose file; default: each task's `runtime_config["compose"]`."""
+    source: str | None = None
+    """Environment source path inside the `main` service's image."""
+    command: list[str] | None = None
+    env_name: str | None = None
+    main: str = "main"
+    """The service that serves the environment."""
+    engine: Literal["podman", "docker"] | None = None
+    variables: dict[str, str] = Field(default_factory=dict)
+    """Values for `${NAME}` in the Compose file."""
+    capabilities: list[str] = Field(default_factory=list)
+    resources: dict[str, Any] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    oci_runtime: str | None = None
+    build_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 600.0
+
+
 class RayRuntimeConfig(_Launch):
     """Each rollout's environment as a Ray actor (`RayRuntime`)."""
 
@@ -343,6 +366,7 @@ RuntimeConfig: TypeAlias = Annotated[
     | SubprocessRuntimeConfig
     | SandboxRuntimeConfig
     | ContainerRuntimeConfig
+    | ComposeRuntimeConfig
     | RayRuntimeConfig
     | UrlRuntimeConfig,
     Field(discriminator="kind"),

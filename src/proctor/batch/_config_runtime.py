@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from .._errors import BatchConfigError
 from ._config import (
     BatchConfig,
+    ComposeRuntimeConfig,
     ConfigProblem,
     ContainerRuntimeConfig,
     RayRuntimeConfig,
@@ -42,6 +43,8 @@ def build_runtime(
         return _url_runtime(rt)
     if isinstance(rt, ContainerRuntimeConfig):
         return _container_runtime(config, rt, batch)
+    if isinstance(rt, ComposeRuntimeConfig):
+        return _compose_runtime(config, rt, batch)
     source = config.env_source()
     if source is None:
         raise BatchConfigError(
@@ -105,6 +108,22 @@ def _container_runtime(
         args=rt.args, startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
         **extra,
     )  # fmt: skip
+
+
+def _compose_runtime(config: BatchConfig, rt: ComposeRuntimeConfig, batch: str | None) -> Runtime:
+    from ..runtimes import ComposeRuntime
+
+    try:
+        return ComposeRuntime(
+            rt.file and config.resolve(rt.file), rt.source, command=rt.command,
+            env_name=rt.env_name or config.taskset.env, main=rt.main, engine=rt.engine,
+            variables=rt.variables, capabilities=rt.capabilities, resources=rt.resources,
+            batch=batch, labels=rt.labels, oci_runtime=rt.oci_runtime,
+            startup_timeout=rt.startup_timeout, stop_timeout=rt.stop_timeout,
+            build_timeout=rt.build_timeout,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise BatchConfigError([ConfigProblem(path="runtime.file", message=str(exc))]) from None
 
 
 def _url_runtime(rt: UrlRuntimeConfig) -> Runtime:

@@ -217,18 +217,20 @@ async def _remove_containers(
     """Remove the containers labelled `proctor.batch=<batch_id>` (and their socket folders).
 
     Under a container runtime its engine must answer, or that is an error; otherwise
-    each engine installed here is asked, and one that does not answer is skipped.
+    each engine installed here is asked, and one that does not answer is skipped. Under
+    a compose runtime the batch's networks go too (their names listed after the ids).
     """
-    from ..runtimes import ContainerRuntime
+    from ..runtimes import ComposeRuntime, ContainerRuntime
 
-    own = runtime.get("kind") == "container"
+    own = runtime.get("kind") in ("container", "compose")
+    cleaner = ComposeRuntime if runtime.get("kind") == "compose" else ContainerRuntime
     engines: list[Any] = (
         [runtime.get("engine")] if own else [e for e in _ENGINES if shutil.which(e)]
     )
     removed: list[str] = []
     for engine in engines:
         try:
-            removed += await ContainerRuntime(batch=batch_id, engine=engine).reconcile()
+            removed += await cleaner(batch=batch_id, engine=engine).reconcile()
         except (RuntimeLaunchError, ValueError) as exc:
             if own:
                 errors.append(f"containers: {exc}")
