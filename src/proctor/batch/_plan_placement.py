@@ -76,7 +76,7 @@ def _entry_problems(
         if _APIS[needs.api] != api:
             problems.append(f"speaks {needs.api}, but model {entry.model!r} is served as {api!r}")
     declared = None if env is None else env.get("capabilities")
-    if needs.capabilities and declared is not None:
+    if needs.capabilities and env is not None and declared is not None:
         missing = sorted(set(needs.capabilities) - set(declared))
         if missing:
             problems.append(
