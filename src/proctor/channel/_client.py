@@ -1,4 +1,9 @@
-"""The control channel client: `connect`, `EnvClient` calls, lazy capability forwarders."""
+"""The control channel client: `connect`, `EnvClient` calls, lazy capability forwarders.
+
+A client of an in-process `EnvServer` holds its session directly (`_LocalLink`): each
+call runs the session's method in the caller's task, its params and result crossing
+JSON as over a socket, with no frames, transport or task in between.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from .._errors import (
     ConnectError,
     ConnectionLost,
     ConnectTimeout,
+    FrameTooLarge,
     ProtocolError,
     RemoteError,
     TaskCancelled,
@@ -28,10 +34,11 @@ from .._resource import AsyncResource
 from .._tempdirs import owned_tempdir
 from .._urls import unix_path, with_unix_path
 from ..env import Capability
-from ._framing import FrameTooLarge, LineBuffer, ParseError, decode
+from ._framing import MAX_FRAME, LineBuffer, ParseError, decode, encode
 from ._memory import StreamProtocol
-from ._messages import INTERRUPTED, request_frame
+from ._messages import INTERRUPTED, INVALID_REQUEST, request_frame, result_frame
 from ._reads import BufferedReads
+from ._session import DirectCall, Refusal, _Session
 from ._splice import Pipe, host_port
 from ._tunnel import TunnelClient, tcp_route
 
@@ -67,7 +74,9 @@ class EnvClient(AsyncResource):
 
     def __init__(self, dial: Dialer, url: str, *, token: str | None = None) -> None:
         self.url = url
-        self.manifest: Manifest | None = None
+        self._manifest: Manifest | None = None
+        self._session: _Session | None = None  # an in-process server's session, held directly
+        self._link: _LocalLink | None = None
         self._dial = dial
         self._token = token
         self._transport: asyncio.Transport | None = None
@@ -87,6 +96,32 @@ class EnvClient(AsyncResource):
     async def _open(self) -> None:
         self._transport = await self._dial(lambda: _ClientProtocol(self))
 
+    def _attach(self, server: EnvServer) -> None:
+        """Open a session on an in-process server, held directly (no connection).
+
+        Raises:
+            ConnectionRefusedError: the server is closed.
+            RemoteError: the server refused the token.
+        """
+        link = _LocalLink(self, server)
+        try:
+            link.session = self._session = server.open_session(link, self._token)
+        except Refusal as exc:
+            refused = (exc.code, exc.message, exc.data)
+        else:
+            return
+        raise _refused(*refused)
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """What `hello` told us (None before it); an in-process client asks its
+        session on first use."""
+        link = self._link
+        if self._manifest is None and link is not None and link.session is not None:
+            result = decode(encode(link.session.hello(None, {})))
+            self._manifest = self._manifest_of(result)
+        return self._manifest
+
     # -- calls ----------------------------------------------------------------------
 
     async def hello(
@@ -101,9 +136,13 @@ class EnvClient(AsyncResource):
         if self._token is not None:
             params["token"] = self._token
         result = await self._call_object("hello", params)
+        self._manifest = manifest = self._manifest_of(result)
+        return manifest
+
+    def _manifest_of(self, result: dict[str, Any]) -> Manifest:
         try:
             env = result.get("env") or {}
-            self.manifest = Manifest(
+            return Manifest(
                 session_id=str(result["session_id"]),
                 resume_token=_optional_str(result.get("resume_token")),
                 env_name=str(env.get("name", "")),
@@ -112,7 +151,6 @@ class EnvClient(AsyncResource):
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"{self.url}: malformed hello result: {exc!r}") from None
-        return self.manifest
 
     async def list_tasks(self) -> list[dict[str, Any]]:
         """The environment's templates: `[{id, description, args, returns?}]`."""
@@ -156,6 +194,15 @@ class EnvClient(AsyncResource):
             ChannelClosed: this client was closed.
             ProtocolError: the reply was malformed or its id did not match.
         """
+        if self._session is not None:
+            try:
+                if overtake:
+                    return await self._here(method, params)
+                async with self._lock:
+                    return await self._here(method, params)
+            except Refusal as exc:
+                refused = (exc.code, exc.message, exc.data)
+            raise _refused(*refused)
         if overtake:
             msg = await self._roundtrip(method, params)
         else:
@@ -175,6 +222,31 @@ class EnvClient(AsyncResource):
             raise ProtocolError(f"{self.url}: {method} result is not an object: {result!r:.80}")
         return result
 
+    async def _here(self, method: str, params: dict[str, Any]) -> Any:
+        """One call on the held session: params and result cross JSON (and its frame
+        limit) as they would on a socket.
+
+        Raises:
+            Refusal: the session's error answer.
+        """
+        if self._closed:
+            raise ChannelClosed(f"{method}: client is closed")
+        session = self._session
+        if self._lost is not None or session is None:
+            raise ConnectionLost(f"{method}: connection to {self.url} is lost")
+        line = encode(params)
+        size = len(line) + len(method) + _REQUEST_ENVELOPE
+        if size > MAX_FRAME + 1:  # the server refuses the frame and hangs up
+            lost = RemoteError(INVALID_REQUEST, f"frame exceeds {MAX_FRAME} bytes")
+            self._fail(lost)
+            raise lost
+        data = await session.direct(method, decode(line), size)
+        if len(data) + _REPLY_ENVELOPE > MAX_FRAME + 1:
+            large = FrameTooLarge(f"frame exceeds {MAX_FRAME} bytes", [])
+            self._fail(large)
+            raise large
+        return decode(data)
+
     async def _roundtrip(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if self._closed:
             raise ChannelClosed(f"{method}: client is closed")
@@ -182,9 +254,10 @@ class EnvClient(AsyncResource):
             raise ConnectionLost(f"{method}: connection to {self.url} is lost")
         self._next_id += 1
         rid = self._next_id
+        frame = request_frame(rid, method, params)  # params that are not JSON: nothing pends
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        self._transport.write(request_frame(rid, method, params))
+        self._transport.write(frame)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -241,6 +314,13 @@ class EnvClient(AsyncResource):
             # here) leave no reference cycle behind.
             transport, self._transport = self._transport, None
             transport.close()
+        self._interrupt(exc)
+
+    def _interrupt(self, exc: Exception) -> None:
+        """End a call running on the held session in another task with `exc`."""
+        call = None if self._session is None else self._session.call
+        if isinstance(call, DirectCall) and call.task is not asyncio.current_task():
+            call.interrupt(exc)
 
     # -- capabilities ----------------------------------------------------------------------
 
@@ -351,15 +431,19 @@ class EnvClient(AsyncResource):
             shutil.rmtree(self._socket_dir, ignore_errors=True)
         if self._transport is not None:
             self._transport.close()
+        if self._link is not None:
+            self._interrupt(ChannelClosed("client closed"))
+            self._link.drop()
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(ChannelClosed("client closed"))
         for local in self._locals:
             if local.transport is not None:
                 local.transport.close()
-        for task in self._tunnels:
-            task.cancel()
-        await asyncio.gather(*self._tunnels, return_exceptions=True)
+        if self._tunnels:
+            for task in self._tunnels:
+                task.cancel()
+            await asyncio.gather(*self._tunnels, return_exceptions=True)
 
 
 class _ClientProtocol(BufferedReads):
@@ -382,6 +466,43 @@ class _ClientProtocol(BufferedReads):
         self.client._fail(
             ConnectionLost(f"connection to {self.client.url} closed" + (f": {exc}" if exc else ""))
         )
+
+
+class _LocalLink:
+    """An in-process client's end of its session: what the server holds as its
+    connection. The server closing it (after `bye`) or aborting it (when it closes)
+    reaches the client on the next loop turn, as a socket's close would."""
+
+    __slots__ = ("client", "server", "session")
+
+    def __init__(self, client: EnvClient, server: EnvServer) -> None:
+        self.client: EnvClient | None = client
+        self.server = server
+        self.session: _Session | None = None
+        client._link = self
+
+    def send(self, frame: bytes) -> None:
+        """A held session answers through `direct`, never in frames: nothing to send."""
+
+    def close(self) -> None:
+        asyncio.get_running_loop().call_soon(self._gone)
+
+    def abort(self) -> None:
+        self.close()
+
+    def _gone(self) -> None:
+        client = self.client
+        if client is not None:
+            client._fail(ConnectionLost(f"connection to {client.url} closed"))
+            self.drop()
+
+    def drop(self) -> None:
+        """The client side is gone: the session detaches (and parks a suspended task).
+        Both back references go, so the client, link and session hold no cycle."""
+        session, self.session, self.client = self.session, None, None
+        if session is not None:
+            self.server._connections.discard(self)
+            session.detach()
 
 
 class _LocalEnd(Pipe):
@@ -420,11 +541,18 @@ def _remote_error(err: Any) -> ChannelError:
     code = err.get("code") if isinstance(err, dict) else None
     if not isinstance(code, int) or isinstance(code, bool):
         return ProtocolError(f"malformed JSON-RPC error: {err!r}")
-    message = str(err.get("message", ""))
+    return _refused(code, str(err.get("message", "")), err.get("data"))
+
+
+def _refused(code: int, message: str, data: Any) -> RemoteError:
     # A HUD server says "bye interrupted the task" when a bye cuts a call short.
     interrupted = message in (INTERRUPTED, "bye interrupted the task")
     cls = TaskCancelled if interrupted else RemoteError
-    return cls(code, message, err.get("data"))
+    return cls(code, message, data)
+
+
+_REQUEST_ENVELOPE = len(request_frame(0, "", {})) - len(b"{}\n")  # a request frame's own bytes
+_REPLY_ENVELOPE = len(result_frame(0, None)) - len(b"null\n")
 
 
 def dialer_for(target: str | EnvServer) -> tuple[Dialer, str]:
@@ -432,12 +560,7 @@ def dialer_for(target: str | EnvServer) -> tuple[Dialer, str]:
     from ._server import EnvServer
 
     if isinstance(target, EnvServer):
-        server = target
-
-        async def dial_memory(factory: Callable[[], StreamProtocol]) -> asyncio.Transport:
-            return server.connect_memory(factory())
-
-        return dial_memory, f"memory://{server.env.name}"
+        return target.dial_memory, f"memory://{target.env.name}"
     scheme = urlsplit(target).scheme if "://" in target else "tcp"
     if scheme == "unix":
         return _unix_dialer(target)
@@ -523,6 +646,18 @@ async def _connect_ready(
     session_id: str | None,
     resume_token: str | None = None,
 ) -> EnvClient:
+    if not isinstance(target, str):
+        await asyncio.sleep(0)  # connecting yields to the loop once, as a socket's would
+    if not isinstance(target, str) and not target.closed:  # in process: no wire, no wait
+        client = EnvClient(target.dial_memory, f"memory://{target.env.name}", token=token)
+        client._attach(target)
+        if session_id is not None or resume_token is not None:
+            try:
+                await client.hello(session_id, resume_token)
+            except BaseException:
+                await client.aclose()
+                raise
+        return client
     dial, url = dialer_for(target)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ready_timeout

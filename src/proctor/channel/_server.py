@@ -19,8 +19,8 @@ import resource
 import socket
 import stat
 import weakref
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from ..env import Environment, TaskRunner
 from ._framing import MAX_FRAME, FrameTooLarge, LineBuffer, ParseError, decode
@@ -32,10 +32,10 @@ from ._messages import (
     error_frame,
     result_frame,
 )
-from ._session import Parked, _Session, quiet_cancel
+from ._session import Link, Parked, Refusal, _Session, quiet_cancel
 from ._splice import Pipe, dial
 
-__all__ = ["DEFAULT_PARK_TTL", "MAX_FIRST_FRAME", "EnvServer"]
+__all__ = ["DEFAULT_PARK_TTL", "MAX_FIRST_FRAME", "EnvServer", "LocalLink"]
 
 log = logging.getLogger("proctor.channel")
 
@@ -98,7 +98,7 @@ class EnvServer:
         self._buffered = 0  # bytes of unfinished frames held by all connections
         self._sockets = 0  # open socket connections (memory ones are not counted)
         self._accept_logged = -_ACCEPT_LOG_EVERY  # when running out of descriptors was logged
-        self._connections: set[_Connection] = set()
+        self._connections: set[_Connection | LocalLink] = set()
         self._listeners: list[asyncio.Server] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -181,6 +181,31 @@ class EnvServer:
             self._tcp = await self.listen()
         return self._tcp
 
+    def open_session(self, link: LocalLink, token: str | None) -> _Session:
+        """A control session for an in-process client that answers on `link`: no
+        frames, no tasks of ours (see `_Session.direct`); the token is checked as on
+        a connection's first frame.
+
+        Raises:
+            ConnectionRefusedError: the server is closed.
+            Refusal: the token is wrong.
+        """
+        if self._closed:
+            raise ConnectionRefusedError("server is closed")
+        if not self.token_ok(token):
+            raise Refusal(INVALID_REQUEST, "unauthorized: a valid token is required")
+        self._connections.add(link)
+        return _Session(self, link, live=False)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose()` was called."""
+        return self._closed
+
+    async def dial_memory(self, factory: Callable[[], StreamProtocol]) -> MemoryTransport:
+        """`connect_memory` for the protocol `factory` makes (a client's dialer)."""
+        return self.connect_memory(factory())
+
     def connect_memory(self, protocol: StreamProtocol) -> MemoryTransport:
         """Open an in-memory connection for `protocol`; returns its transport."""
         if self._closed:
@@ -214,12 +239,12 @@ class EnvServer:
         task.add_done_callback(self._background.discard)
         return task
 
-    def enter(self, session: _Session) -> None:
-        self._live[session.id] = session
+    def enter(self, sid: str, session: _Session) -> None:
+        self._live[sid] = session
 
-    def leave(self, session: _Session) -> None:
-        if self._live.get(session.id) is session:
-            del self._live[session.id]
+    def leave(self, sid: str, session: _Session) -> None:
+        if self._live.get(sid) is session:
+            del self._live[sid]
 
     def is_live(self, sid: str) -> bool:
         return sid in self._live
@@ -265,9 +290,13 @@ class EnvServer:
         return hmac.compare_digest(resume_token.encode(), known.encode())
 
     def check_token(self, params: Any) -> bool:
+        """Whether a first frame's `params.token` is the server's (or none is needed)."""
+        return self.token_ok(params.get("token") if isinstance(params, dict) else None)
+
+    def token_ok(self, given: Any) -> bool:
+        """Whether `given` is the server's token (constant time), or none is needed."""
         if self._token is None:
             return True
-        given = params.get("token") if isinstance(params, dict) else None
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
 
     def capability_url(self, name: Any) -> str | None:
@@ -284,6 +313,12 @@ class EnvServer:
 
     def bindings(self) -> list[dict[str, Any]]:
         return [c.to_manifest() for c in self.env.capabilities]
+
+
+class LocalLink(Link, Protocol):
+    """An in-process client's end of its session, closed with the server (`abort`)."""
+
+    def abort(self) -> None: ...
 
 
 class _Connection(Pipe):

@@ -4,6 +4,11 @@
 keeps live sessions and parked tasks): it answers `hello` (checking
 the token and resuming or adopting a parked task), starts, solves, grades and cancels the
 task it holds, and parks that task when its connection goes away mid-task.
+
+Frames arrive through `feed` and each call's answer leaves as a frame, the task calls
+running in tasks of their own. An in-process client calls `direct` instead: the same
+methods and checks, run in the caller's task, the result handed back as its JSON (what
+the frame would carry) and an error answer raised as a `Refusal`.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
+from types import CoroutineType
 from typing import Any, Protocol
 
 from .._errors import ParseError, TaskError
 from .._usererror import format_traceback, redact
 from ..env import Environment, TaskRunner
-from ._framing import decode
+from ._framing import decode, encode
 from ._messages import (
     INTERRUPTED,
     INVALID_PARAMS,
@@ -29,7 +35,7 @@ from ._messages import (
     result_frame,
 )
 
-__all__ = ["Link", "Parked", "SessionHost", "quiet_cancel"]
+__all__ = ["DirectCall", "Link", "Parked", "Refusal", "SessionHost", "quiet_cancel"]
 
 log = logging.getLogger("proctor.channel")
 
@@ -51,6 +57,55 @@ class Parked:
         self.weight = weight
 
 
+class Refusal(Exception):
+    """A call's error answer (`code`, `message`, `data`), raised where it is decided."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class DirectCall:
+    """A call an in-process client runs in its own task: interrupting it cancels that
+    task, which then raises `reason` (the caller's view of why) instead."""
+
+    __slots__ = ("reason", "task", "waiters")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task: asyncio.Task[Any] | None = task
+        self.reason: BaseException | None = None
+        self.waiters: list[asyncio.Future[None]] | None = None
+
+    def done(self) -> bool:
+        return self.task is None
+
+    def interrupt(self, reason: BaseException) -> None:
+        """Cancel the call (once) unless it ended; the first reason given stands."""
+        if self.task is not None and self.reason is None:
+            self.reason = reason
+            self.task.cancel()
+
+    async def wait(self) -> None:
+        """Return once the call has unwound."""
+        if self.task is not None:
+            fut = asyncio.get_running_loop().create_future()
+            if self.waiters is None:
+                self.waiters = []
+            self.waiters.append(fut)
+            await fut
+
+    def finish(self) -> None:
+        self.task = None
+        for fut in self.waiters or ():
+            if not fut.done():
+                fut.set_result(None)
+
+
+Call = asyncio.Task[None] | DirectCall
+
+
 class Link(Protocol):
     """The connection a session answers on."""
 
@@ -68,12 +123,12 @@ class SessionHost(Protocol):
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
-    def enter(self, session: _Session) -> None:
-        """`session` is live under its id."""
+    def enter(self, sid: str, session: _Session) -> None:
+        """`session` is live under `sid`."""
         ...
 
-    def leave(self, session: _Session) -> None:
-        """`session` is no longer live under its id."""
+    def leave(self, sid: str, session: _Session) -> None:
+        """`session` is no longer live under `sid`."""
         ...
 
     def is_live(self, sid: str) -> bool: ...
@@ -90,20 +145,56 @@ class SessionHost(Protocol):
 
 
 class _Session:
-    """The JSON-RPC dialogue of one control connection."""
+    """The JSON-RPC dialogue of one control connection.
 
-    def __init__(self, server: SessionHost, conn: Link) -> None:
+    Its id is minted (and the session entered live under it) at once for a socket
+    connection, on first use for an in-process client (`live=False`); its resume token
+    when first told or needed.
+    """
+
+    __slots__ = (
+        "_id",
+        "_resume_token",
+        "call",
+        "call_rid",
+        "conn",
+        "reply_bytes",
+        "request_bytes",
+        "runner",
+        "server",
+        "task_bytes",
+        "weighing",
+    )
+
+    def __init__(self, server: SessionHost, conn: Link, *, live: bool = True) -> None:
         self.server = server
         self.conn = conn
-        self.id = f"sess-{secrets.token_hex(8)}"
-        self.resume_token = secrets.token_urlsafe(32)  # told only to this session's client
+        self._id: str | None = None
+        self._resume_token: str | None = None  # told only to this session's client
         self.runner: TaskRunner | None = None
         self.task_bytes = 0  # the runner's estimated weight, should it be parked
         self.request_bytes = 0  # size of the frame being handled
         self.reply_bytes = 0  # size of the last reply sent
-        self.call: asyncio.Task[None] | None = None
+        self.weighing: int | None = None  # a start's request size until its reply weighs it
+        self.call: Call | None = None
         self.call_rid: Any = _NOTIFY
-        server.enter(self)
+        if live:
+            self._mint()
+
+    @property
+    def id(self) -> str:
+        return self._id if self._id is not None else self._mint()
+
+    def _mint(self) -> str:
+        self._id = sid = _new_id()
+        self.server.enter(sid, self)
+        return sid
+
+    @property
+    def resume_token(self) -> str:
+        if self._resume_token is None:
+            self._resume_token = secrets.token_urlsafe(32)
+        return self._resume_token
 
     # -- framing ------------------------------------------------------------------
 
@@ -114,8 +205,14 @@ class _Session:
                 frame = result_frame(rid, result)
             except TypeError as exc:
                 frame = error_frame(rid, TASK_ERROR, f"result is not JSON-serializable: {exc}")
-            self.reply_bytes = len(frame)
+            self._replied(len(frame))
             self.conn.send(frame)
+
+    def _replied(self, size: int) -> None:
+        self.reply_bytes = size
+        if self.weighing is not None:
+            self.task_bytes = _TASK_OVERHEAD + self.weighing + size
+            self.weighing = None
 
     def error(self, rid: Any, code: int, message: str, data: Any = None) -> None:
         self._release()
@@ -156,123 +253,174 @@ class _Session:
         elif not isinstance(params, dict):
             self.error(rid, INVALID_PARAMS, f"{method}: params must be an object")
             return
-        if self.call is not None and method not in ("tasks.cancel", "bye"):
-            self.error(rid, INVALID_REQUEST, f"{method}: a task call is still running")
+        try:
+            out = self._dispatch(rid, method, params)
+        except Refusal as refused:
+            self.error(rid, refused.code, refused.message, refused.data)
             return
+        if type(out) is CoroutineType:
+            self.call_rid = _BUSY_CONTROL if method in _CONTROL else rid
+            self.call = call = self.server.spawn(self._answer(rid, out, method == "bye"))
+            call.add_done_callback(self._call_done)
+        else:
+            self.reply(rid, out)
+
+    def _dispatch(self, rid: Any, method: str, params: dict[str, Any]) -> Any:
+        """Run the method's handler: its result, or the coroutine that computes it.
+
+        Raises:
+            Refusal: the error to answer.
+        """
+        if self.call is not None and method not in _CONTROL:
+            raise Refusal(INVALID_REQUEST, f"{method}: a task call is still running")
         handler = _HANDLERS.get(method)
         if handler is None:
-            self.error(rid, METHOD_NOT_FOUND, f"method not found: {method}")
-            return
+            raise Refusal(METHOD_NOT_FOUND, f"method not found: {method}")
         try:
-            handler(self, rid, params)
+            return handler(self, rid, params)
+        except Refusal:
+            raise
         except Exception as exc:  # e.g. a template whose schema cannot be built
-            self._failed(rid, method, exc)
+            raise self._failure(method, exc) from None
+
+    async def _answer(self, rid: Any, call: Coroutine[Any, Any, Any], close: bool) -> None:
+        """A task call's answer, sent as a frame (then, after `bye`, the close)."""
+        try:
+            result = await call
+        except Refusal as refused:
+            self.error(rid, refused.code, refused.message, refused.data)
+            return
+        self.reply(rid, result)
+        if close:
+            self.conn.close()
+
+    async def direct(self, method: str, params: dict[str, Any], size: int) -> bytes:
+        """One call of an in-process client, run in its task: the JSON of the result.
+
+        `params` have crossed JSON already; `size` is what their frame would weigh.
+
+        Raises:
+            Refusal: the error answer (a call interrupted by a cancel: `INTERRUPTED`).
+        """
+        self.request_bytes = size
+        out = self._dispatch(_NOTIFY, method, params)
+        if type(out) is CoroutineType:
+            out = await self._direct_call(out, method in _CONTROL)
+        try:
+            data = encode(out)
+        except TypeError as exc:
+            message = f"result is not JSON-serializable: {exc}"
+            self._replied(len(message) + _REPLY_ENVELOPE)
+            raise Refusal(TASK_ERROR, message) from None
+        self._replied(len(data) + _REPLY_ENVELOPE)
+        if method == "bye":
+            self.conn.close()
+        return data
+
+    async def _direct_call(self, call: Coroutine[Any, Any, Any], control: bool) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        self.call = here = DirectCall(task)
+        self.call_rid = _BUSY_CONTROL if control else _NOTIFY
+        try:
+            result = await call
+        except asyncio.CancelledError:
+            reason = here.reason
+            if reason is not None and task.uncancel() == 0:
+                raise reason from None
+            raise
+        finally:
+            here.finish()
+            if self.call is here:
+                self.call = None
+        if here.reason is not None:  # the call swallowed its interruption
+            task.uncancel()
+        return result
 
     # -- methods --------------------------------------------------------------------
 
-    def hello(self, rid: Any, params: dict[str, Any]) -> None:
+    def hello(self, rid: Any, params: dict[str, Any]) -> dict[str, Any]:
         sid, given = params.get("session_id"), params.get("resume_token")
-        if sid is not None and sid != self.id:
+        if sid is not None and sid != self._id:
             if not isinstance(sid, str) or not isinstance(given, str | None):
-                self.error(rid, INVALID_PARAMS, "hello: session_id and resume_token are strings")
-                return
+                raise Refusal(INVALID_PARAMS, "hello: session_id and resume_token are strings")
             server = self.server
             # The same answer for an unknown id and a wrong token: nothing is learnt.
             if not server.resumable(sid, given):
-                self.error(rid, INVALID_REQUEST, f"hello: unknown session {sid} or wrong token")
-                return
+                raise Refusal(INVALID_REQUEST, f"hello: unknown session {sid} or wrong token")
             if server.is_live(sid):
-                self.error(
-                    rid,
-                    INVALID_REQUEST,
-                    f"hello: session {sid} is still live on another connection",
+                raise Refusal(
+                    INVALID_REQUEST, f"hello: session {sid} is still live on another connection"
                 )
-                return
             if self.runner is not None:
-                self.error(rid, INVALID_REQUEST, "hello: this session already holds a task")
-                return
+                raise Refusal(INVALID_REQUEST, "hello: this session already holds a task")
             parked = server.unpark(sid)
             self.runner, self.task_bytes = parked.runner, parked.weight
-            self.resume_token = parked.resume_token
-            server.leave(self)
-            self.id = sid
-            server.enter(self)
+            self._resume_token = parked.resume_token
+            if self._id is not None:
+                server.leave(self._id, self)
+            self._id = sid
+            server.enter(sid, self)
         env = self.server.env
-        self.reply(
-            rid,
-            {
-                "session_id": self.id,
-                "resume_token": self.resume_token,
-                "env": {"name": env.name, "version": env.version},
-                "bindings": self.server.bindings(),
-            },
-        )
+        return {
+            "session_id": self.id,
+            "resume_token": self.resume_token,
+            "env": {"name": env.name, "version": env.version},
+            "bindings": self.server.bindings(),
+        }
 
-    def list_tasks(self, rid: Any, params: dict[str, Any]) -> None:
-        self.reply(rid, {"tasks": [t.info() for t in self.server.env.tasks.values()]})
+    def list_tasks(self, rid: Any, params: dict[str, Any]) -> dict[str, Any]:
+        return {"tasks": [t.info() for t in self.server.env.tasks.values()]}
 
-    def start(self, rid: Any, params: dict[str, Any]) -> None:
+    def start(self, rid: Any, params: dict[str, Any]) -> Coroutine[Any, Any, Any]:
         task_id, args = params.get("id"), params.get("args")
         if args is None:
             args = {}
         if not isinstance(task_id, str) or not isinstance(args, dict):
-            self.error(rid, INVALID_PARAMS, "tasks.start: need {id: str, args?: object}")
-            return
+            raise Refusal(INVALID_PARAMS, "tasks.start: need {id: str, args?: object}")
         template = self.server.env.tasks.get(task_id)
         if template is None:
-            self.error(rid, INVALID_PARAMS, f"tasks.start: unknown task {task_id!r}")
-            return
+            raise Refusal(INVALID_PARAMS, f"tasks.start: unknown task {task_id!r}")
         try:
             runner = TaskRunner(template, args)
         except Exception as exc:
-            self._failed(rid, task_id, exc)
-            return
-        self._begin(rid, self._start(rid, runner, self.request_bytes))
+            raise self._failure(task_id, exc) from None
+        return self._start(rid, runner, self.request_bytes)
 
-    def grade(self, rid: Any, params: dict[str, Any]) -> None:
+    def grade(self, rid: Any, params: dict[str, Any]) -> Coroutine[Any, Any, Any]:
         runner, self.runner = self.runner, None
         if runner is None:
             parked = self.server.parked_ids()
             if not parked or not self.server.legacy_resume:
                 # Exactly HUD's text: `hud task grade --url` starts the task on it.
-                self.error(rid, INVALID_REQUEST, "no task in progress")
-                return
+                raise Refusal(INVALID_REQUEST, "no task in progress")
             if len(parked) > 1:  # HUD's legacy answer names them, as HUD's server does
-                self.error(
-                    rid,
+                raise Refusal(
                     INVALID_REQUEST,
                     f"tasks.grade: {len(parked)} parked tasks ({', '.join(parked)}); "
                     "resume one with hello {session_id}",
                 )
-                return
             runner = self.server.unpark(parked[0]).runner
-        self._begin(rid, self._grade(rid, runner, params))
+        return self._grade(rid, runner, params)
 
-    def solve(self, rid: Any, params: dict[str, Any]) -> None:
+    def solve(self, rid: Any, params: dict[str, Any]) -> Coroutine[Any, Any, Any]:
         runner = self.runner
         if runner is None:
-            self.error(rid, INVALID_REQUEST, "no task in progress")
-            return
-        self._begin(rid, self._solve(rid, runner))
+            raise Refusal(INVALID_REQUEST, "no task in progress")
+        return self._solve(rid, runner)
 
-    def cancel(self, rid: Any, params: dict[str, Any]) -> None:
+    def cancel(self, rid: Any, params: dict[str, Any]) -> Any:
         if self.call is None and self.runner is None:
-            self.reply(rid, {"cancelled": False})
-            return
-        self._interrupt(rid, {"cancelled": True}, close=False)
+            return {"cancelled": False}
+        return self._interrupt({"cancelled": True})
 
-    def bye(self, rid: Any, params: dict[str, Any]) -> None:
-        self._interrupt(rid, {"goodbye": True}, close=True)
+    def bye(self, rid: Any, params: dict[str, Any]) -> Coroutine[Any, Any, Any]:
+        return self._interrupt({"goodbye": True})
 
     def tunnel_in_session(self, rid: Any, params: dict[str, Any]) -> None:
-        self.error(rid, INVALID_REQUEST, "tunnel.open: only valid as a connection's first frame")
+        raise Refusal(INVALID_REQUEST, "tunnel.open: only valid as a connection's first frame")
 
     # -- async calls ------------------------------------------------------------------
-
-    def _begin(self, rid: Any, coro: Coroutine[Any, Any, None]) -> None:
-        self.call_rid = rid
-        self.call = self.server.spawn(coro)
-        self.call.add_done_callback(self._call_done)
 
     def _release(self) -> None:
         # A call's answer frees the session before the frame leaves: a client that
@@ -285,33 +433,28 @@ class _Session:
         if self.call is task:
             self.call = None
 
-    def _interrupt(self, rid: Any, result: dict[str, Any], *, close: bool) -> None:
+    def _interrupt(self, result: dict[str, Any]) -> Coroutine[Any, Any, Any]:
         if self.call is not None and self.call_rid is _BUSY_CONTROL:
-            self.error(rid, INVALID_REQUEST, "a cancel is already running")
-            return
-        prior = self.call
-        self.call_rid = _BUSY_CONTROL
-        self.call = self.server.spawn(self._stop(prior, rid, result, close))
-        self.call.add_done_callback(self._call_done)
+            raise Refusal(INVALID_REQUEST, "a cancel is already running")
+        return self._stop(self.call, result)
 
-    async def _stop(
-        self, prior: asyncio.Task[None] | None, rid: Any, result: dict[str, Any], close: bool
-    ) -> None:
+    async def _stop(self, prior: Call | None, result: dict[str, Any]) -> dict[str, Any]:
         await self._settle(prior)
-        self.reply(rid, result)
-        if close:
-            self.conn.close()
+        return result
 
-    async def _settle(self, prior: asyncio.Task[None] | None) -> None:
+    async def _settle(self, prior: Call | None) -> None:
         """Interrupt the running call (it answers its own error), then close the task."""
-        if prior is not None and not prior.done():
+        if isinstance(prior, DirectCall):
+            prior.interrupt(Refusal(TASK_ERROR, INTERRUPTED))
+            await prior.wait()
+        elif prior is not None and not prior.done():
             prior.cancel()
             await asyncio.gather(prior, return_exceptions=True)
         runner, self.runner = self.runner, None
         if runner is not None:
             await quiet_cancel(runner)
 
-    async def _start(self, rid: Any, runner: TaskRunner, request_bytes: int) -> None:
+    async def _start(self, rid: Any, runner: TaskRunner, request_bytes: int) -> Any:
         old, self.runner = self.runner, runner
         try:
             if old is not None:
@@ -323,36 +466,33 @@ class _Session:
         except Exception as exc:
             self.runner = None
             await quiet_cancel(runner)
-            self._failed(rid, runner.task_id, exc)
-            return
-        self.reply(rid, result)
-        self.task_bytes = _TASK_OVERHEAD + request_bytes + self.reply_bytes
+            raise self._failure(runner.task_id, exc) from None
+        self.weighing = request_bytes
+        return result
 
-    async def _grade(self, rid: Any, runner: TaskRunner, params: dict[str, Any]) -> None:
+    async def _grade(self, rid: Any, runner: TaskRunner, params: dict[str, Any]) -> Any:
         try:
-            result = await runner.grade(params)
+            return await runner.grade(params)
         except asyncio.CancelledError:
             self.error(rid, TASK_ERROR, INTERRUPTED)
             await quiet_cancel(runner)
             raise
         except Exception as exc:
-            self._failed(rid, runner.task_id, exc)
-            return
-        self.reply(rid, result)
+            raise self._failure(runner.task_id, exc) from None
 
-    async def _solve(self, rid: Any, runner: TaskRunner) -> None:
+    async def _solve(self, rid: Any, runner: TaskRunner) -> Any:
         try:
             answer = await runner.solve()
         except asyncio.CancelledError:
             self.error(rid, TASK_ERROR, INTERRUPTED)
             raise
         except Exception as exc:
-            self._failed(rid, runner.task_id, exc)
-            return
-        self.reply(rid, {"answer": answer})
+            raise self._failure(runner.task_id, exc) from None
+        return {"answer": answer}
 
-    def _failed(self, rid: Any, what: str, exc: Exception) -> None:
-        """Answer a failure: a `TaskError` as it is, anything else as a crash of `what`.
+    def _failure(self, what: str, exc: Exception) -> Refusal:
+        """The answer to a failure: a `TaskError` as it is, anything else as a crash of
+        `what`.
 
         The error's `data.traceback` is the traceback of the environment's code that
         raised (a `TaskError`'s cause), when there is one; secret values of this
@@ -365,26 +505,32 @@ class _Session:
             data = _traceback_data(exc.__cause__)
             if exc.phase is not None:
                 data = {**(data or {}), "phase": exc.phase}
-            self.error(rid, TASK_ERROR, message, data)
-        else:  # the environment's code is at fault, not the client's request
-            message = redact(f"{what}: {type(exc).__name__}: {exc}")
-            data = _traceback_data(exc)
-            log.error("%s crashed\n%s", what, message if data is None else data["traceback"])
-            self.error(rid, TASK_ERROR, message, data)
+            return Refusal(TASK_ERROR, message, data)
+        # the environment's code is at fault, not the client's request
+        message = redact(f"{what}: {type(exc).__name__}: {exc}")
+        data = _traceback_data(exc)
+        log.error("%s crashed\n%s", what, message if data is None else data["traceback"])
+        return Refusal(TASK_ERROR, message, data)
 
     def detach(self) -> None:
         """The connection is gone: park a suspended task, drop everything else."""
-        self.server.leave(self)
+        sid = self._id
+        if sid is not None:
+            self.server.leave(sid, self)
         if self.call is not None:  # a call in flight is interrupted, never parked
             self.server.spawn(self._settle(self.call))
         elif self.runner is not None:
             runner, self.runner = self.runner, None
-            self.server.park(self.id, runner, self.resume_token, self.task_bytes)
+            if sid is None:  # never told: parked under an id of its own, not live
+                self._id = sid = _new_id()
+            self.server.park(sid, runner, self.resume_token, self.task_bytes)
 
 
 _BUSY_CONTROL = object()  # call_rid while a cancel or bye is running
+_CONTROL = frozenset({"tasks.cancel", "bye"})  # calls that may overtake a running one
+_REPLY_ENVELOPE = len(result_frame(0, None)) - len(b"null\n")  # a result frame's own bytes
 
-_HANDLERS: dict[str, Callable[[_Session, Any, dict[str, Any]], None]] = {
+_HANDLERS: dict[str, Callable[[_Session, Any, dict[str, Any]], Any]] = {
     "hello": _Session.hello,
     "tasks.list": _Session.list_tasks,
     "tasks.start": _Session.start,
@@ -394,6 +540,10 @@ _HANDLERS: dict[str, Callable[[_Session, Any, dict[str, Any]], None]] = {
     "bye": _Session.bye,
     "tunnel.open": _Session.tunnel_in_session,
 }
+
+
+def _new_id() -> str:
+    return f"sess-{secrets.token_hex(8)}"
 
 
 def _traceback_data(exc: BaseException | None) -> dict[str, str] | None:
