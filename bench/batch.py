@@ -24,8 +24,12 @@ rollout recorded (index, events, one record per rollout), reconcile, close. Figu
 
 `--baseline` adds, for each size, the same rollouts through `engine.run_taskset` with
 the same agent, runtime and concurrency and nothing recorded (what `Taskset.run` does),
-so the cost of recording is a ratio measured in the same run. `--profile N` runs one
-batch of N under cProfile (main thread) and prints the top 25 functions by own time.
+so the cost of recording is a ratio measured in the same run: `recorded / unrecorded
+CPU per rollout` (target <= 1.5x). With `--inspect`, Inspect (`.venv-inspect`) runs
+the same prompts (`mockllm/model`, `generate()`, `match()`; at most `INSPECT_SAMPLES`
+of them) and `bytes on disk per rollout vs Inspect's .eval log bytes per sample`
+compares the output folder's allocated bytes with the `.eval` log's (target <= 1x).
+`--profile N` runs one batch of N under cProfile (main thread) and prints the top 25 functions by own time.
 
 Budgets (the batch issue): at least 500 rollouts/s at 10,000 on 2 cores with everything
 recorded (Inspect writes 41 samples/s and Harbor 9.6 trials/s on this class of
@@ -60,6 +64,25 @@ BUDGET_RATE_AT = 10_000
 BUDGET_RSS_MB = 200
 BUDGET_ALLOCATED = 8000
 BUDGET_FLAT = 1.5
+BUDGET_RECORDED = 1.5
+INSPECT_SAMPLES = 500
+INSPECT_PYTHON = ROOT / ".venv-inspect" / "bin" / "python"
+
+INSPECT = """
+import glob, os, sys
+from inspect_ai import Task, eval as inspect_eval
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import match
+from inspect_ai.solver import generate
+
+n, logs = int(sys.argv[1]), sys.argv[2]
+samples = [Sample(input=f"hello {i}", target=f"hello {i}") for i in range(n)]
+task = Task(dataset=samples, solver=generate(), scorer=match())
+inspect_eval(task, model="mockllm/model", log_dir=logs, display="none", max_connections=64)
+(log,) = glob.glob(os.path.join(logs, "*.eval"))
+st = os.stat(log)
+print(st.st_size, st.st_blocks * 512)
+"""
 
 ENV = '''
 """A trivial environment: echo the row's text back for a reward of 1.0."""
@@ -348,6 +371,50 @@ def overhead(rows: list[dict[str, Any]]) -> list[str]:
     return ["recording overhead (batch / baseline):", *lines] if lines else []
 
 
+def run_inspect(n: int, parent: str) -> dict[str, Any] | None:
+    """Inspect's `.eval` log for `n` samples of the same prompts: bytes per sample
+    (apparent and allocated), or None without `.venv-inspect`."""
+    if not INSPECT_PYTHON.exists():
+        return None
+    with tempfile.TemporaryDirectory(prefix="bench-inspect-", dir=parent) as tmp:
+        cmd = [str(INSPECT_PYTHON), "-c", INSPECT, str(n), os.path.join(tmp, "logs")]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=tmp)
+    apparent, allocated = (int(x) for x in out.stdout.split()[-2:])
+    return {"n": n, "apparent_per_sample": apparent / n, "allocated_per_sample": allocated / n}
+
+
+def ratios(rows: list[dict[str, Any]], inspect: dict[str, Any] | None) -> list[str]:
+    """The issue's two ratios, per batch size: recorded over unrecorded CPU per rollout
+    (the baseline row of the same size), and bytes per rollout over Inspect's per sample."""
+    base = {r["n"]: r for r in rows if r["mode"] == "baseline"}
+    lines = []
+    for r in rows:
+        if r["mode"] != "batch":
+            continue
+        if (b := base.get(r["n"])) is not None:
+            cpu = (r["cpu_s"] / r["n"]) / (b["cpu_s"] / b["n"])
+            lines.append(
+                _verdict(
+                    cpu <= BUDGET_RECORDED,
+                    f"{r['n']:,}: recorded / unrecorded CPU per rollout {cpu:.2f}x "
+                    f"(<= {BUDGET_RECORDED}x)",
+                )
+            )
+        if inspect is not None:
+            ratio = r["allocated_per_rollout"] / inspect["allocated_per_sample"]
+            lines.append(
+                _verdict(
+                    ratio <= 1.0,
+                    f"{r['n']:,}: bytes on disk per rollout vs Inspect's .eval log bytes per "
+                    f"sample {ratio:.2f}x ({r['allocated_per_rollout']:,.0f} vs "
+                    f"{inspect['allocated_per_sample']:,.0f} allocated; apparent "
+                    f"{r['apparent_per_rollout']:,.0f} vs {inspect['apparent_per_sample']:,.0f}, "
+                    f"Inspect at {inspect['n']:,} samples) (<= 1x)",
+                )
+            )
+    return ["ratios:", *lines] if lines else []
+
+
 def _load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -357,6 +424,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--sizes", default="1000,10000,100000")
     p.add_argument("--baseline", action="store_true", help="also run without recording")
+    p.add_argument("--inspect", action="store_true", help="compare bytes with Inspect's log")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--profile", type=int, metavar="N", help="profile one batch of N instead")
     p.add_argument("--dir", default=tempfile.gettempdir(), help="parent of the temp folders")
@@ -380,7 +448,12 @@ def main() -> None:
         for mode in ("batch", "baseline") if args.baseline else ("batch",):
             print(f"{n:,} rollouts ({mode}) ...", file=sys.stderr, flush=True)
             rows.append(row(n, mode, args))
-    report = [*table(rows), "budgets:", *verdicts(rows), *overhead(rows)]
+    inspect = None
+    if args.inspect:
+        n = min(INSPECT_SAMPLES, max(int(s) for s in args.sizes.split(",")))
+        print(f"Inspect, {n:,} samples ...", file=sys.stderr, flush=True)
+        inspect = run_inspect(n, args.dir)
+    report = [*table(rows), "budgets:", *verdicts(rows), *overhead(rows), *ratios(rows, inspect)]
     report.append(f"load average before: {load0}; after: {_load()}; cores: {os.cpu_count()}")
     print("\n".join(report))
     if args.json:

@@ -125,14 +125,21 @@ def test_a_new_batch_writes_its_config_once_with_the_layout_version(tmp_path: Pa
 # -- what a rollout leaves on disk ---------------------------------------------------------
 
 
-def test_a_trivial_rollout_is_one_record_file_and_no_folder(tmp_path: Path) -> None:
+def test_a_trivial_rollout_is_one_segment_line_and_no_folder(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with BatchStore.create(out, {}) as store:
-        [a] = _assignments(1)
-        store.add_assignments([a])
+        [a, b] = _assignments(2)
+        store.add_assignments([a, b])
         _trivial(store, a, reward=0.5)
-    assert _files_under(out / "rollouts") == [f"{a.rollout_id}.json"]
-    record = orjson.loads((out / "rollouts" / f"{a.rollout_id}.json").read_bytes())
+        _trivial(store, b)
+    assert _files_under(out / "rollouts") == ["segment-000.jsonl"]
+    lines = (out / "rollouts" / "segment-000.jsonl").read_bytes().splitlines(keepends=True)
+    assert [orjson.loads(line)["id"] for line in lines] == [a.rollout_id, b.rollout_id]
+    [ended] = [e for e in read_events(out) if e.get("id") == b.rollout_id and "record" in e]
+    assert ended["record"] == [0, len(lines[0]), len(lines[1])]  # where the index says
+    assert pstore.locate_record(out, b.rollout_id) == ("segment-000.jsonl", *ended["record"][1:])
+    record = pstore.read_record(out, a.rollout_id)
+    assert record == orjson.loads(lines[0]) == read_rollout(out, a.rollout_id)["record"]
     assert record["status"] == "completed"
     assert record["reward"] == 0.5
     assert record["trace"] == TRIVIAL_TRACE
@@ -371,15 +378,42 @@ def test_reopen_corrects_the_index_from_a_record_whose_event_never_came(tmp_path
         store.add_assignments([a, b])
         rec = store.begin(a)
         rec.update(phase="agent")
-    # As if killed between replacing the record and appending its event:
-    record = orjson.loads((out / "rollouts" / f"{a.rollout_id}.json").read_bytes())
-    record.update(status="completed", reward=1.0, phase="done")
-    (out / "rollouts" / f"{a.rollout_id}.json").write_bytes(orjson.dumps(record))
+    # As if killed between appending the record and appending its event:
+    segment = out / "rollouts" / "segment-000.jsonl"
+    size = segment.stat().st_size
+    record = {**pstore.read_record(out, a.rollout_id), "status": "completed", "reward": 1.0}
+    with segment.open("ab") as f:
+        f.write(orjson.dumps({**record, "phase": "done"}) + b"\n")
     with BatchStore.open(out):
         pass
     rows = {r["id"]: r for r in list_rollouts(out)}
     assert rows[a.rollout_id]["status"] == "completed" and rows[a.rollout_id]["reward"] == 1.0
     assert rows[b.rollout_id]["status"] == "queued"
+    assert pstore.locate_record(out, a.rollout_id) == (
+        segment.name,
+        size,
+        len(segment.read_bytes()) - size,
+    )
+    assert pstore.read_record(out, a.rollout_id)["phase"] == "done"
+
+
+def test_reopen_cuts_a_torn_record_line_whose_event_never_came(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    [a] = _assignments(1)
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments([a])
+        store.begin(a).update(phase="agent")
+    segment = out / "rollouts" / "segment-000.jsonl"
+    whole = segment.read_bytes()
+    with segment.open("ab") as f:
+        f.write(b'{"id": "t0000.a.r0", "status": "compl')  # killed mid-write
+    with BatchStore.open(out) as store:
+        store.begin(a).finish("completed", reward=1.0)
+    [ev] = [e for e in read_events(out) if e["type"] == "recovered"]
+    assert ev["file"] == "rollouts/segment-000.jsonl" and ev["torn_bytes"] == 37
+    assert segment.read_bytes().startswith(whole + b'{"id":"t0000.a.r0"')
+    assert pstore.read_record(out, a.rollout_id)["reward"] == 1.0
+    assert count_rollouts(out) == {"completed": 1}
 
 
 def test_reopen_rebuilds_a_lost_index_from_the_events(tmp_path: Path) -> None:
@@ -403,15 +437,14 @@ def test_reopen_refuses_records_the_events_do_not_back(tmp_path: Path) -> None:
     with BatchStore.create(out, {}) as store:
         store.add_assignments([a, b, c])
         store.begin(b).update(phase="agent")
-    rollouts = out / "rollouts"
-    started = orjson.loads((rollouts / f"{b.rollout_id}.json").read_bytes())
+    segment = out / "rollouts" / "segment-000.jsonl"
+    started = pstore.read_record(out, b.rollout_id)
     claims = {"status": "completed", "reward": 1.0, "phase": "done"}
-    (rollouts / f"{a.rollout_id}.json").write_bytes(  # a never began
-        orjson.dumps({**started, "id": a.rollout_id, "task": a.task, **claims})
-    )
-    (rollouts / f"{b.rollout_id}.json").write_bytes(  # b began, at another time
-        orjson.dumps({**started, "started_at": started["started_at"] - 1, **claims})
-    )
+    forged = orjson.dumps({**started, "id": a.rollout_id, "task": a.task, **claims})  # never began
+    later = orjson.dumps({**started, "started_at": started["started_at"] - 1, **claims})
+    size = segment.stat().st_size
+    with segment.open("ab") as f:
+        f.write(forged + b"\n" + later + b"\n")  # b began, at another time
     said: list[str] = []
     with BatchStore.open(out, warn=said.append):
         pass
@@ -420,10 +453,11 @@ def test_reopen_refuses_records_the_events_do_not_back(tmp_path: Path) -> None:
     assert rows[b.rollout_id]["status"] == "running"
     refused = [e for e in read_events(out) if e["type"] == "refused"]
     assert [e["id"] for e in refused] == [a.rollout_id, b.rollout_id]
+    assert refused[0]["record"] == [0, size, len(forged) + 1]
     assert "never began" in refused[0]["reason"] and "started_at" in refused[1]["reason"]
     assert len(said) == 2 and all("refused" in line for line in said)
-    assert not (rollouts / f"{a.rollout_id}.json").exists()
-    assert orjson.loads((rollouts / a.rollout_id / "refused" / "1.json").read_bytes())["reward"]
+    assert pstore.read_record(out, a.rollout_id) == {}  # left unindexed: no reader sees it
+    assert pstore.read_record(out, b.rollout_id) == started
 
 
 def test_reopen_sets_an_unreadable_record_of_an_unfinished_rollout_aside(tmp_path: Path) -> None:
@@ -432,16 +466,41 @@ def test_reopen_sets_an_unreadable_record_of_an_unfinished_rollout_aside(tmp_pat
     with BatchStore.create(out, {}) as store:
         store.add_assignments([a])
         store.begin(a).update(phase="agent")
-    path = out / "rollouts" / f"{a.rollout_id}.json"
-    path.write_bytes(path.read_bytes()[:10])
+    segment = out / "rollouts" / "segment-000.jsonl"
+    segment.write_bytes(segment.read_bytes()[:10])  # a machine crash took its tail
     said: list[str] = []
     with BatchStore.open(out, warn=said.append) as store:
         rec = store.begin(a)  # continues attempt 1 from its events, a fresh record
         rec.finish("completed", phase="done", reward=1.0)
-    [ev] = [e for e in read_events(out) if e["type"] == "recovered"]
-    assert ev["id"] == a.rollout_id and ev["was"] == "running" and ev["bytes"] == 10
-    assert len(said) == 1 and "not a JSON object" in said[0]
+    [ev] = [e for e in read_events(out) if e["type"] == "recovered" and "id" in e]
+    assert ev["id"] == a.rollout_id and ev["was"] == "running" and ev["record"][0] == 0
+    assert len(said) == 1 and "missing or cut short" in said[0]
     assert count_rollouts(out) == {"completed": 1}
+    assert pstore.read_record(out, a.rollout_id)["reward"] == 1.0
+
+
+def test_reopen_records_an_ended_rollout_whose_record_was_lost_interrupted(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    [a, b] = _assignments(2)
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments([a, b])
+        _trivial(store, a)
+        _trivial(store, b)
+    segment = out / "rollouts" / "segment-000.jsonl"
+    where = pstore.locate_record(out, b.rollout_id)
+    assert where is not None
+    data = bytearray(segment.read_bytes())
+    data[where[1] + where[2] - 1] = ord(" ")  # its line no longer ends whole
+    segment.write_bytes(bytes(data))
+    said: list[str] = []
+    with BatchStore.open(out, warn=said.append):
+        pass
+    assert count_rollouts(out) == {"completed": 1, "interrupted": 1}
+    assert pstore.read_record(out, b.rollout_id)["error"]["type"] == "RecordLost"
+    assert pstore.read_record(out, a.rollout_id)["status"] == "completed"
+    assert len(said) == 1 and b.rollout_id in said[0]
 
 
 def test_a_lost_event_log_is_restated_and_still_refuses_a_forged_record(tmp_path: Path) -> None:
@@ -500,13 +559,13 @@ def test_strict_fsyncs_every_state_change_before_returning(
         rec = store.begin(Assignment("r", "t"))
         assert counter.fsyncs == 1  # the event (the record waits for the next update)
         rec.update(phase="agent")
-        assert counter.fsyncs == 1 + 3  # record temp, its folder, the event
+        assert counter.fsyncs == 1 + 3  # rollouts/ (a new segment), the segment, the event
         rec.append_turn({"n": 1})
         assert counter.fsyncs == 4 + 3  # rollouts/ (new folder), the new file, its folder
         rec.append_turn({"n": 2})
         assert counter.fsyncs == 7 + 1
         rec.finish("completed", reward=1.0)
-        assert counter.fsyncs == 8 + 3
+        assert counter.fsyncs == 8 + 2  # the segment, the event
         assert counter.syncfs == 0
     finally:
         store.close()

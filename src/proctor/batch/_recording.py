@@ -15,6 +15,7 @@ from ._tally import Tally
 
 if TYPE_CHECKING:
     from ..agents import Run
+    from ..records import Trace
     from ..store import RolloutRecorder
 
 __all__ = ["Recording", "state_of"]
@@ -218,12 +219,22 @@ def _trace(run: Run) -> dict[str, Any]:
     """The trace as recorded: the agent's model turns without their request bodies,
     which `model_turns.jsonl` keeps as deltas (whole, they would grow with the square
     of the turns). A judge's turns (not in `model_turns.jsonl`) keep theirs."""
-    trace = run.trace.to_dict()
-    for step in trace["steps"]:
-        data = step.get("data")
-        if step.get("kind") == "model_turn" and isinstance(data, dict) and not data.get("judge"):
-            step["data"] = {k: v for k, v in data.items() if k != "request"}
-    return trace
+    return _trace_dict(run.trace, drop_requests=True)
+
+
+def _trace_dict(trace: Trace, *, drop_requests: bool = False) -> dict[str, Any]:
+    """`Trace.to_dict()` without its copy: the steps' values are handed to the encoder
+    as they are (orjson writes a dataclass among them by its fields, as `asdict` did),
+    since the record is encoded once, at once. With `drop_requests`, see `_trace`."""
+    steps = []
+    for s in trace.steps:
+        data = s.data
+        if drop_requests and s.kind == "model_turn" and data and not data.get("judge"):
+            data = {k: v for k, v in data.items() if k != "request"}
+        steps.append(
+            {"kind": s.kind, "content": s.content, "data": data, "start": s.start, "end": s.end}
+        )
+    return {"id": trace.id, "content": trace.content, "steps": steps}
 
 
 def _sum(items: Iterable[tuple[dict[str, Any], Any]]) -> tuple[dict[str, int], float]:
@@ -285,7 +296,7 @@ def _verified(run: Run) -> dict[str, Any]:
         return {}
     return {
         "actor_grade": None if run.actor_grade is None else run.actor_grade.to_dict(),
-        "verifier_trace": None if run.verifier_trace is None else run.verifier_trace.to_dict(),
+        "verifier_trace": None if run.verifier_trace is None else _trace_dict(run.verifier_trace),
     }
 
 

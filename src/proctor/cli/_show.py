@@ -67,9 +67,9 @@ def _resolve(out: str, rollout: str) -> str:
     """
     from ..store import list_rollouts
 
-    if os.path.exists(os.path.join(out, "rollouts", f"{rollout}.json")):
-        return rollout
     ids = [r["id"] for r in list_rollouts(out, limit=None) if r["id"].startswith(rollout)]
+    if rollout in ids or os.path.exists(os.path.join(out, "rollouts", f"{rollout}.json")):
+        return rollout
     if len(ids) == 1:
         return str(ids[0])
     if not ids:

@@ -3,7 +3,10 @@
 The runner writes it in batched transactions; a dashboard or report reads it at the
 same time (WAL lets readers see the last commit while a write is under way). The
 `meta` table records how far into `events.jsonl` the rows reflect (`events_offset`),
-so reopening after a crash replays only the tail.
+so reopening after a crash replays only the tail, and the end of the last record line
+those events witness (`records_end`, see `_segments`). Besides `COLUMNS`, a row holds
+where its record is: `record_segment`, `record_offset`, `record_length` (NULL for a
+record in its own file, the layout before segments, or none yet).
 """
 
 from __future__ import annotations
@@ -20,13 +23,17 @@ __all__ = [
     "COLUMNS",
     "ENDED",
     "FILTERABLE",
+    "LOCATION",
     "SORTABLE",
     "CorruptIndexError",
     "apply_changes",
     "connect",
     "count_rows",
     "get_offset",
+    "get_records_end",
     "is_corrupt",
+    "location",
+    "location_fields",
     "read",
 ]
 
@@ -51,6 +58,8 @@ COLUMNS = (
     "started_at",
     "ended_at",
 )
+LOCATION = ("record_segment", "record_offset", "record_length")
+"""The columns that place a row's record in a segment file (not in `COLUMNS`)."""
 SORTABLE = frozenset(COLUMNS)
 ENDED = frozenset({"completed", "failed", "interrupted"})
 """The statuses a rollout ends in (`TERMINAL` in `proctor.store`)."""
@@ -62,7 +71,8 @@ CREATE TABLE IF NOT EXISTS rollouts (
     seq INTEGER, task TEXT, agent TEXT, model TEXT, repeat INTEGER,
     status TEXT, phase TEXT, attempt INTEGER, reward REAL,
     error_phase TEXT, error_type TEXT, cost REAL,
-    input_tokens INTEGER, output_tokens INTEGER, started_at REAL, ended_at REAL
+    input_tokens INTEGER, output_tokens INTEGER, started_at REAL, ended_at REAL,
+    record_segment INTEGER, record_offset INTEGER, record_length INTEGER
 );
 CREATE INDEX IF NOT EXISTS rollouts_seq ON rollouts(seq);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status, seq);
@@ -87,6 +97,10 @@ def connect(path: str, *, write: bool) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
+        have = {row[1] for row in db.execute("PRAGMA table_info(rollouts)")}
+        for column in LOCATION:  # an index written before segments
+            if column not in have:
+                db.execute(f"ALTER TABLE rollouts ADD COLUMN {column} INTEGER")
     else:
         db.execute("PRAGMA query_only=1")
     return db
@@ -106,10 +120,46 @@ def get_offset(db: sqlite3.Connection) -> int:
     return int(row[0]) if row else 0
 
 
+def get_records_end(db: sqlite3.Connection) -> tuple[int, int]:
+    """(segment, offset) just past the last record line the indexed events witness."""
+    row = db.execute("SELECT value FROM meta WHERE key='records_end'").fetchone()
+    if not row:
+        return (0, 0)
+    segment, _, offset = str(row[0]).partition(":")
+    return int(segment), int(offset)
+
+
+def location_fields(record: Any) -> dict[str, Any]:
+    """The location columns an event's `record` ([segment, offset, length] or null) sets."""
+    if isinstance(record, list) and len(record) == 3 and all(type(x) is int for x in record):
+        return dict(zip(LOCATION, record, strict=True))
+    return dict.fromkeys(LOCATION)
+
+
+def location(db: sqlite3.Connection, rid: str) -> tuple[int, int, int] | None:
+    """Where the rollout's record is in a segment (None: its own file, or no record;
+    also for an index from before segments, which has no such columns)."""
+    try:
+        row = db.execute(
+            f"SELECT {', '.join(LOCATION)} FROM rollouts WHERE id=?", (rid,)
+        ).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such column" in str(exc):
+            return None
+        raise
+    if row is None or None in row:
+        return None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def apply_changes(
-    db: sqlite3.Connection, changes: Mapping[str, Mapping[str, Any]], offset: int
+    db: sqlite3.Connection,
+    changes: Mapping[str, Mapping[str, Any]],
+    offset: int,
+    records_end: tuple[int, int] | None = None,
 ) -> None:
-    """Upsert each rollout's changed columns and the events offset, in one transaction.
+    """Upsert each rollout's changed columns and the events offset (and `records_end`),
+    in one transaction.
 
     A change sets only the columns it names, so replaying an event twice is harmless.
     """
@@ -126,6 +176,12 @@ def apply_changes(
             "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (offset,),
         )
+        if records_end is not None:
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES('records_end', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (f"{records_end[0]}:{records_end[1]}",),
+            )
     except BaseException:
         db.execute("ROLLBACK")
         raise

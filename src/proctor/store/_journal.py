@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -20,8 +21,9 @@ import orjson
 
 from .._errors import StoreError
 from . import _files, _index
+from ._segments import Segments, read_line
 
-__all__ = ["Durability", "Journal", "Redact", "lock_dir"]
+__all__ = ["Durability", "Journal", "Redact", "load_record", "lock_dir"]
 
 Durability = Literal["default", "strict"]
 Redact = Callable[[bytes], bytes]
@@ -52,6 +54,7 @@ class Journal:
         self._lock = threading.Lock()
         self._db_lock = threading.Lock()
         self._pending: dict[str, dict[str, Any]] = {}
+        self._committing: dict[str, dict[str, Any]] = {}
         self._dirty = False
         self._error: BaseException | None = None
         self._closed = False
@@ -66,6 +69,10 @@ class Journal:
             "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"
         ).fetchone()[0]
         self._committed = _index.get_offset(self._db)
+        self._segments = Segments(self._rollouts, strict=self._strict)
+        self._witnessed = _index.get_records_end(self._db)
+        self._reader: sqlite3.Connection | None = None
+        self._reader_lock = threading.Lock()
         self._reopened = False
 
     def event(self, type: str, **data: Any) -> None:
@@ -95,6 +102,47 @@ class Journal:
             for rid, fields in (changes or {}).items():
                 self._pending.setdefault(rid, {}).update(fields)
 
+    def _append_record(self, rid: str, data: bytes, indexed: dict[str, Any]) -> None:
+        """Append the record line `data` to the segment and then its `rollout` event
+        (`indexed` and the record's location), under one lock: only the last line
+        written can lack its event."""
+        with self._lock:
+            self._check()
+            where = self._segments.append(data)
+            event = {"t": time.time(), "type": "rollout", "id": rid, **indexed, "record": where}
+            line = self._encode(event)
+            _files.write_all(self._events_fd, line)
+            if self._strict:
+                os.fsync(self._events_fd)
+            else:
+                self._dirty = True
+            self._events_size += len(line)
+            self._witnessed = self._segments.end
+            pending = self._pending.setdefault(rid, {})
+            pending.update(indexed)
+            pending.update(_index.location_fields(where))
+
+    def _load_record(self, rid: str, legacy: str) -> tuple[dict[str, Any], bool]:
+        """The rollout's current record ({} when none) and whether it came from its own
+        file `legacy` (the layout before segments)."""
+        where = self._location(rid)
+        if where is not None:
+            return read_line(self._rollouts, where, rid) or {}, False
+        record = load_record(legacy)
+        return record, bool(record)
+
+    def _location(self, rid: str) -> tuple[int, int, int] | None:
+        with self._lock:
+            for changes in (self._pending, self._committing):
+                fields = changes.get(rid)
+                if fields is not None and "record_segment" in fields:
+                    values = tuple(fields[k] for k in _index.LOCATION)
+                    return None if None in values else values
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = _index.connect(os.path.join(self.path, "index.sqlite"), write=False)
+            return _index.location(self._reader, rid)
+
     def _touched(self) -> None:
         if not self._strict:
             self._dirty = True
@@ -112,19 +160,39 @@ class Journal:
         with self._db_lock:
             with self._lock:
                 pending, self._pending = self._pending, {}
-                offset, dirty = self._events_size, self._dirty
+                self._committing = pending  # (what `_location` still finds meanwhile)
+                offset, dirty, witnessed = self._events_size, self._dirty, self._witnessed
                 self._dirty = False
-            if sync and dirty:
-                _files.sync_filesystem(self._dir_fd)
-            if pending or offset != self._committed:
-                _index.apply_changes(self._db, pending, offset)
-                self._committed = offset
+            try:
+                if sync and dirty:
+                    _files.sync_filesystem(self._dir_fd)
+                if pending or offset != self._committed:
+                    _index.apply_changes(self._db, pending, offset, witnessed)
+                    self._committed = offset
+            finally:
+                with self._lock:
+                    self._committing = {}
 
     def _close_handles(self, *, keep_lock: bool = False) -> None:
         os.close(self._events_fd)
+        self._segments.close()
         if not keep_lock:
             os.close(self._dir_fd)
         self._db.close()
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+
+def load_record(path: str) -> dict[str, Any]:
+    """The JSON object in the file `path` ({} when missing or not one)."""
+    try:
+        with open(path, "rb") as f:
+            record = orjson.loads(f.read())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def lock_dir(path: str, durability: str) -> int:

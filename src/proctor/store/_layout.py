@@ -10,10 +10,13 @@ import orjson
 from .._errors import StoreError
 from . import _index
 
-__all__ = ["LAYOUT_VERSION", "TERMINAL", "read_batch"]
+__all__ = ["LAYOUT_VERSION", "READABLE", "TERMINAL", "read_batch"]
 
-LAYOUT_VERSION = 1
-"""The version of the layout this code writes and reads (`layout_version` in `batch.json`)."""
+LAYOUT_VERSION = 2
+"""The version of the layout this code writes (`layout_version` in `batch.json`): 2 keeps
+every rollout record in `rollouts/segment-NNN.jsonl`. It also reads 1 (one
+`rollouts/<id>.json` per record), and resuming such a folder makes it 2."""
+READABLE = (1, 2)
 TERMINAL = _index.ENDED
 """The statuses a rollout ends in: `completed`, `failed`, `interrupted`."""
 
@@ -34,8 +37,9 @@ def read_batch(path: str | os.PathLike[str]) -> dict[str, Any]:
     except orjson.JSONDecodeError as exc:
         raise StoreError(f"{file} is not JSON: {exc}") from None
     version = doc.get("layout_version") if isinstance(doc, dict) else None
-    if version != LAYOUT_VERSION:
+    if version not in READABLE:
         raise StoreError(
-            f"{file} has layout_version {version!r}; this proctor reads {LAYOUT_VERSION}"
+            f"{file} has layout_version {version!r}; this proctor reads "
+            f"{' and '.join(map(str, READABLE))}"
         )
     return doc  # type: ignore[no-any-return]

@@ -15,13 +15,16 @@ import orjson
 
 from . import _index
 from ._files import JsonlReader
+from ._journal import load_record
 from ._query import RolloutQuery, select, where
-from ._recorder import check_id, load_record
+from ._recorder import check_id
+from ._segments import read_line, segment_name
 
 __all__ = [
     "count_rollouts",
     "index_row",
     "list_rollouts",
+    "locate_record",
     "read_events",
     "read_record",
     "read_rollout",
@@ -79,7 +82,8 @@ def _query_of(query: RolloutQuery | None, fields: dict[str, Any]) -> RolloutQuer
 def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any]:
     """Everything recorded for one rollout.
 
-    Keys: `record` (`rollouts/<id>.json`, or None before its first update), `index`
+    Keys: `record` (its line in a segment, or `rollouts/<id>.json` in a folder of
+    layout 1; None before its first update or when it does not parse), `index`
     (its index row, or None), `model_turns` and `trace` (the JSONL streams' records),
     `checkpoint` and `evaluation` (or None), `artifacts` (name -> SHA-256 from the
     manifest), `log` (text, or None), `attempts` (archived attempt numbers), and
@@ -93,12 +97,14 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
     root = os.fspath(path)
     folder = os.path.join(root, "rollouts", check_id(rollout_id))
     torn: dict[str, int] = {}
-    out: dict[str, Any] = {
-        "id": rollout_id,
-        "record": _json(os.path.join(root, "rollouts", f"{rollout_id}.json"), torn),
-        "index": index_row(root, rollout_id),
-        "torn": torn,
-    }
+    row, loc = _index.read(root, lambda db: _row_and_location(db, rollout_id))
+    if loc is not None:
+        record = read_line(os.path.join(root, "rollouts"), loc, rollout_id)
+        if record is None:
+            torn[f"rollouts/{segment_name(loc[0])}:{loc[1]}"] = loc[2]
+    else:
+        record = _json(os.path.join(root, "rollouts", f"{rollout_id}.json"), torn)
+    out: dict[str, Any] = {"id": rollout_id, "record": record, "index": row, "torn": torn}
     for key, name in (("model_turns", "model_turns.jsonl"), ("trace", "trace.jsonl")):
         reader = JsonlReader(os.path.join(folder, name))
         out[key] = list(reader)
@@ -115,18 +121,36 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
 def read_record(
     path: str | os.PathLike[str], rollout_id: str, *, attempt: int | None = None
 ) -> dict[str, Any]:
-    """The rollout's record (`rollouts/<id>.json`), or with `attempt` that of an attempt
-    a retry moved aside (`rollouts/<id>/attempts/<n>/rollout.json`); {} when there is
-    none or it does not parse (`read_rollout` says which files were torn).
+    """The rollout's record (the segment line the index points at, or in a folder of
+    layout 1 `rollouts/<id>.json`), or with `attempt` that of an attempt a retry moved
+    aside (`rollouts/<id>/attempts/<n>/rollout.json`); {} when there is none or it does
+    not parse (`read_rollout` says which files were torn).
 
     Raises:
+        StoreError: `path` has no index, or a damaged one (`--resume` rebuilds it).
         ValueError: `rollout_id` is not a rollout id (it could name a path elsewhere).
     """
     folder = os.path.join(os.fspath(path), "rollouts")
     if attempt is None:
-        return load_record(os.path.join(folder, f"{check_id(rollout_id)}.json"))
-    where = os.path.join(folder, check_id(rollout_id), "attempts", str(int(attempt)))
-    return load_record(os.path.join(where, "rollout.json"))
+        check_id(rollout_id)
+        loc = _index.read(path, lambda db: _index.location(db, rollout_id))
+        if loc is not None:
+            return read_line(folder, loc, rollout_id) or {}
+        return load_record(os.path.join(folder, f"{rollout_id}.json"))
+    archived = os.path.join(folder, check_id(rollout_id), "attempts", str(int(attempt)))
+    return load_record(os.path.join(archived, "rollout.json"))
+
+
+def locate_record(path: str | os.PathLike[str], rollout_id: str) -> tuple[str, int, int] | None:
+    """Where the rollout's record is: (segment file name in `rollouts/`, offset, length),
+    or None when it has none in a segment (none yet, or its own `rollouts/<id>.json` in a
+    folder of layout 1). For a reader that opens files its own way (the dashboard).
+
+    Raises:
+        StoreError: `path` has no index, or a damaged one (`--resume` rebuilds it).
+    """
+    loc = _index.read(path, lambda db: _index.location(db, rollout_id))
+    return None if loc is None else (segment_name(loc[0]), loc[1], loc[2])
 
 
 def read_events(path: str | os.PathLike[str], start: int = 0) -> JsonlReader:
@@ -155,6 +179,16 @@ def index_row(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any] |
     sql = f"SELECT {', '.join(_index.COLUMNS)} FROM rollouts WHERE id=?"
     row = _index.read(path, lambda db: db.execute(sql, (rollout_id,)).fetchone())
     return None if row is None else dict(zip(_index.COLUMNS, row, strict=True))
+
+
+def _row_and_location(
+    db: Any, rollout_id: str
+) -> tuple[dict[str, Any] | None, tuple[int, int, int] | None]:
+    sql = f"SELECT {', '.join(_index.COLUMNS)} FROM rollouts WHERE id=?"
+    row = db.execute(sql, (rollout_id,)).fetchone()
+    if row is None:
+        return None, None
+    return dict(zip(_index.COLUMNS, row, strict=True)), _index.location(db, rollout_id)
 
 
 def _json(file: str, torn: dict[str, int] | None = None) -> Any:

@@ -1,7 +1,8 @@
 """`RolloutRecorder`: writes one rollout of a `BatchStore`, its record and its folder.
 
 Also what the store and the readers share about a rollout: the assignment it records
-(`PlannedRollout`), its id's rule, its record file and the index columns an update sets.
+(`PlannedRollout`), its id's rule, its record's own file (the layout before segments)
+and the index columns an update sets.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from . import _files
-from ._journal import Journal
+from . import _files, _index
+from ._journal import Journal, load_record
 
 __all__ = ["PlannedRollout", "RolloutRecorder", "check_id", "index_fields", "load_record"]
 
@@ -70,20 +71,14 @@ _PLAIN_COLUMNS = frozenset(
 )
 
 
-def load_record(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            record = orjson.loads(f.read())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
 class RolloutRecorder:
-    """Writes one rollout: its record (`rollouts/<id>.json`) and its folder's files.
+    """Writes one rollout: its record (a line of `rollouts/segment-NNN.jsonl`) and its
+    folder's files.
 
     Get one from `BatchStore.begin`. The folder `rollouts/<id>/` is made only when the
-    rollout first writes something that lives there.
+    rollout first writes something that lives there. A record found in its own file
+    `rollouts/<id>.json` (a folder written before segments) is read, and removed once
+    the record is written again.
     """
 
     def __init__(self, store: Journal, assignment: PlannedRollout, attempt: int) -> None:
@@ -92,7 +87,8 @@ class RolloutRecorder:
         self._store = store
         self.record_path = os.path.join(store._rollouts, f"{self.id}.json")
         self.folder = os.path.join(store._rollouts, self.id)
-        self.record: dict[str, Any] = load_record(self.record_path)
+        self.record: dict[str, Any]
+        self.record, self._own_file = store._load_record(self.id, self.record_path)
         # A folder can predate this recorder only in a reopened store or for a rollout
         # with a record; then its streams may end in a torn line, cut before appending.
         may_exist = store._reopened or bool(self.record)
@@ -107,16 +103,22 @@ class RolloutRecorder:
         `reward`, `cost`, `started_at`, `ended_at`, `error` (a mapping: its `phase`
         and `type`) and `usage` (a mapping: its `input_tokens` and `output_tokens`).
         Anything else JSON-able is kept in the record only (e.g. `result`, `trace`,
-        `stop_reason`, `prompt`). With `write=False` the record file is left for a
-        later update (the event and the index still get the indexed columns).
+        `stop_reason`, `prompt`). The record is appended to the segment and its event
+        (the indexed columns and where the record is) follows. With `write=False` the
+        record is left for a later update (the event and the index still get the
+        indexed columns).
         """
         store = self._store
         store._check()
         self.record.update(fields)
-        if write:
-            _files.write_atomic(self.record_path, store._encode(self.record), sync=store._strict)
-            store._touched()
         indexed = index_fields(fields)
+        if write:
+            store._append_record(self.id, store._encode(self.record), indexed)
+            if self._own_file:  # superseded by the line just written
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.record_path)
+                self._own_file = False
+            return
         if indexed:
             event = {"t": time.time(), "type": "rollout", "id": self.id, **indexed}
             store._append_events(store._encode(event), {self.id: indexed})
@@ -225,7 +227,12 @@ class RolloutRecorder:
         return self.add_artifact("workspace.json", self._store._encode(diff))
 
     def archive(self) -> None:
-        """Move this rollout's record and files to `rollouts/<id>/attempts/<n>/`."""
+        """Move this rollout's record and files to `rollouts/<id>/attempts/<n>/`.
+
+        The record is written there as `rollout.json` (its segment line stays, no
+        longer indexed once the next attempt begins).
+        """
+        store = self._store
         old = self.record.get("attempt", 0)
         target = os.path.join(self.folder, "attempts", str(old))
         os.makedirs(target, exist_ok=True)
@@ -233,11 +240,18 @@ class RolloutRecorder:
             for name in os.listdir(self.folder):
                 if name not in ("attempts", "refused"):
                     os.replace(os.path.join(self.folder, name), os.path.join(target, name))
-        os.replace(self.record_path, os.path.join(target, "rollout.json"))
-        if self._store._strict:
-            for folder in (target, self.folder, self._store._rollouts):
+        if self._own_file:
+            os.replace(self.record_path, os.path.join(target, "rollout.json"))
+            self._own_file = False
+        else:
+            data = store._encode(self.record)
+            _files.write_atomic(os.path.join(target, "rollout.json"), data, sync=store._strict)
+        if store._strict:
+            for folder in (target, self.folder, store._rollouts):
                 _files.fsync_dir(folder)
-        self._store._touched()
+        store._touched()
+        event = {"t": time.time(), "type": "rollout", "id": self.id, "record": None}
+        store._append_events(store._encode(event), {self.id: _index.location_fields(None)})
         self.record = {}
         self._has_folder = True
 

@@ -2,7 +2,17 @@
 
 `events.jsonl` is the witness of what ran: a rollout began when a `rollout` event
 gave it a status past `queued` with its `attempt` and `started_at`, and the runner
-writes no record before that event. So reopening
+writes no record before that event. A record is a line of a segment file followed by
+the event that says where it is (`_segments`), so only the last line written can lack
+its event. So reopening
+
+- cuts a torn last line off the last segment (its event was never written), and holds
+  each complete line after the last one the events witness as the record it claims to
+  be: indexed when the events back it (a kill before its event), refused otherwise (a
+  `refused` event; the line stays, unindexed, so no reader sees it);
+- checks that every indexed record is still there, whole (a machine crash in `default`
+  mode can lose a segment's tail while its events survived): a lost one is handled like
+  an unreadable record (below);
 
 - refuses a record the event log does not back (its rollout never began, or not that
   attempt, or not at that time): the file is moved to `rollouts/<id>/refused/<n>.json`,
@@ -17,8 +27,8 @@ writes no record before that event. So reopening
 Each finding is an event and a `warning:` line; nothing is dropped silently. A
 directory that lost both its event log and its index is refused: nothing is left to
 check a record against. Costs stay flat per rollout: one `PRAGMA quick_check`, one
-listing of `rollouts/`, the last two bytes of each ended record and a parse of each
-record of an unfinished rollout.
+listing of `rollouts/`, two bytes of each ended record and a parse of each record of an
+unfinished rollout.
 """
 
 from __future__ import annotations
@@ -32,10 +42,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from .._errors import StoreError
 from . import _files, _index
-from ._journal import Journal
-from ._recorder import RolloutRecorder, index_fields, load_record
+from ._journal import Journal, load_record
+from ._recorder import RolloutRecorder, index_fields
+from ._segments import read_line, segment_name, segment_numbers
 
 __all__ = [
     "Warn",
@@ -110,17 +123,20 @@ def _restate_rows(store: Journal) -> int:
     """Append every index row to `events.jsonl` again (an `assigned` event, and a
     `rollout` event with the rest of its columns once it began), so a log that lost
     its history witnesses what the index still knew. Returns how many rows."""
-    cols = ", ".join(_index.COLUMNS)
+    cols = ", ".join((*_index.COLUMNS, *_index.LOCATION))
     rows = store._db.execute(f"SELECT {cols} FROM rollouts ORDER BY seq").fetchall()
     now = time.time()
     lines = bytearray()
     for values in rows:
-        row = dict(zip(_index.COLUMNS, values, strict=True))
+        row = dict(zip(_index.COLUMNS, values, strict=False))
+        where = list(values[len(_index.COLUMNS) :])
         rid = row.pop("id")
         ident = {k: row.pop(k) for k in _IDENTITY}
         assigned = {"t": now, "type": "assigned", "id": rid, **ident, "status": "queued"}
         lines += store._encode(assigned)
         rest = {k: v for k, v in row.items() if v is not None}
+        if None not in where:
+            rest["record"] = where
         if rest.get("status", "queued") != "queued":
             lines += store._encode({"t": now, "type": "rollout", "id": rid, **rest})
         if len(lines) >= 1 << 20:
@@ -165,13 +181,19 @@ def check_records(store: Journal, warn: Warn) -> None:
     status = dict(store._db.execute("SELECT id, status FROM rollouts").fetchall())
     refused = _Findings(warn, "records refused")
     lost = _Findings(warn, "unreadable records")
+    _check_tail(store, status, refused)
+    _check_indexed(store, lost)
+    located = {
+        rid
+        for (rid,) in store._db.execute("SELECT id FROM rollouts WHERE record_segment IS NOT NULL")
+    }
     fd = os.open(store._rollouts, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         names = sorted(e.name for e in os.scandir(fd) if e.name.endswith(".json"))
         for name in names:
             rid = name[:-5]
-            if rid not in status:
-                continue  # not a rollout of this batch: nothing reads it
+            if rid not in status or rid in located:
+                continue  # not a rollout of this batch, or superseded by a segment line
             ended = status[rid] in _index.ENDED
             if ended and _ends_whole(fd, name):
                 continue  # the common case: one pread, no parse
@@ -190,6 +212,126 @@ def check_records(store: Journal, warn: Warn) -> None:
         os.close(fd)
     refused.close(store.path)
     lost.close(store.path)
+
+
+def _check_tail(store: Journal, status: dict[str, str], refused: _Findings) -> None:
+    """The segment lines after the last one the events witness (see above)."""
+    numbers = segment_numbers(store._rollouts)
+    if not numbers:
+        return
+    last = os.path.join(store._rollouts, segment_name(numbers[-1]))
+    torn = _files.truncate_torn_tail(last)
+    if torn:
+        store.event("recovered", file=f"rollouts/{segment_name(numbers[-1])}", torn_bytes=torn)
+    first, start = store._witnessed
+    for n in numbers:
+        if n < first:
+            continue
+        offset = start if n == first else 0
+        with open(os.path.join(store._rollouts, segment_name(n)), "rb") as f:
+            f.seek(offset)
+            data = f.read()
+        for line in data.splitlines(keepends=True):
+            where = [n, offset, len(line)]
+            offset += len(line)
+            record = _line_record(line)
+            rid = record.get("id") if record is not None else None
+            if record is not None and isinstance(rid, str) and rid in status:
+                _unwitnessed(store, rid, record, where, refused)
+        store._witnessed = max(store._witnessed, (n, offset))
+
+
+def _line_record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _unwitnessed(
+    store: Journal, rid: str, record: dict[str, Any], where: list[int], refused: _Findings
+) -> None:
+    """A record line written just before a kill took its event: index it when the
+    events back it (an ended rollout's, of its attempt: a lost amendment), else refuse."""
+    row = _row(store._db, rid)
+    if row["status"] in _index.ENDED:
+        if record.get("attempt") == row["attempt"]:
+            _correct(store, rid, record, where)
+        return
+    why = _unbacked(row, record)
+    if why is None:
+        _correct(store, rid, record, where)
+        return
+    file = f"rollouts/{segment_name(where[0])}"
+    claimed = {k: record.get(k) for k in ("status", "attempt", "reward")}
+    store.event("refused", id=rid, file=file, record=where, claimed=claimed, reason=why)
+    refused.add(
+        f"{store.path}: refused the record of {rid} at {file}:{where[1]} (claims "
+        f"{claimed['status']}, reward {claimed['reward']!r}): {why}; left unindexed, the "
+        f"rollout stays {row['status']}"
+    )
+
+
+def _check_indexed(store: Journal, lost: _Findings) -> None:
+    """Every indexed segment record still there: an ended one ends whole (two bytes),
+    an unfinished one parses as its rollout's record."""
+    cols = ", ".join(("id", "status", *_index.LOCATION))
+    rows = store._db.execute(
+        f"SELECT {cols} FROM rollouts WHERE record_segment IS NOT NULL ORDER BY record_segment"
+    ).fetchall()
+    fds: dict[int, tuple[int, int]] = {}
+    try:
+        for rid, status, segment, offset, length in rows:
+            if segment not in fds:
+                fds[segment] = _open_segment(store._rollouts, segment)
+            fd, size = fds[segment]
+            if status in _index.ENDED and fd >= 0 and offset + length <= size:
+                if os.pread(fd, 1, offset) + os.pread(fd, 1, offset + length - 1) == b"{\n":
+                    continue
+            elif read_line(store._rollouts, (segment, offset, length), rid) is not None:
+                continue
+            _lost_line(store, _row(store._db, rid), [segment, offset, length], lost)
+    finally:
+        for fd, _ in fds.values():
+            if fd >= 0:
+                os.close(fd)
+
+
+def _open_segment(rollouts: str, n: int) -> tuple[int, int]:
+    try:
+        fd = os.open(os.path.join(rollouts, segment_name(n)), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return -1, 0
+    return fd, os.fstat(fd).st_size
+
+
+def _lost_line(store: Journal, row: dict[str, Any], where: list[int], lost: _Findings) -> None:
+    """An indexed record that is gone or broken: its location is dropped; an ended
+    rollout is recorded `interrupted` (its result is lost)."""
+    rid = row["id"]
+    file = f"rollouts/{segment_name(where[0])}"
+    store._append_events(
+        store._encode(
+            {
+                "t": time.time(),
+                "type": "recovered",
+                "id": rid,
+                "file": file,
+                "record": where,
+                "reason": "the indexed record is missing or cut short",
+                "was": row["status"],
+            }
+        ),
+        {rid: _index.location_fields(None)},
+    )
+    then = f"the rollout stays {row['status']}"
+    if row["status"] in _index.ENDED:
+        _record_lost(store, row, f"{file}:{where[1]}")
+        then = "its result is lost: recorded interrupted (--retry-errors runs it again)"
+    lost.add(
+        f"{store.path}: the record of {rid} at {file}:{where[1]} is missing or cut short; {then}"
+    )
 
 
 def _row(db: sqlite3.Connection, rid: str) -> dict[str, Any]:
@@ -320,12 +462,17 @@ def _record_lost(store: Journal, row: dict[str, Any], moved: str) -> None:
     )
 
 
-def _correct(store: Journal, rid: str, record: dict[str, Any]) -> None:
-    """A kill between replacing the record and appending its event: index it now."""
+def _correct(
+    store: Journal, rid: str, record: dict[str, Any], where: list[int] | None = None
+) -> None:
+    """A kill between writing the record and appending its event: index it now (with
+    where the record is, for a segment line)."""
     fields = index_fields(record)
-    store._append_events(
-        store._encode({"t": time.time(), "type": "rollout", "id": rid, **fields}), {rid: fields}
-    )
+    event = {"t": time.time(), "type": "rollout", "id": rid, **fields}
+    if where is not None:
+        event["record"] = where
+        fields.update(_index.location_fields(where))
+    store._append_events(store._encode(event), {rid: fields})
 
 
 def refuse_lost_history(root: str, *, has_events: bool) -> None:

@@ -4,7 +4,9 @@ The layout it writes is documented in `proctor.store` and docs/batch-layout.md.
 
 Who is the authority for what:
 
-- `rollouts/<id>.json` (the rollout's record) for that rollout's state and result;
+- the rollout's record (its line in `rollouts/segment-NNN.jsonl` that the index
+  points at; `rollouts/<id>.json` in a folder of layout 1) for that rollout's state
+  and result;
 - `events.jsonl` for the batch's history, including every change of an indexed column;
 - `index.sqlite` is a view of `events.jsonl`, committed in batches by a background
   thread and replayed from its recorded offset on reopen; `batch-state.json` is a
@@ -179,6 +181,9 @@ class BatchStore(Journal):
         except BaseException:
             os.close(dir_fd)
             raise
+        if doc.get("layout_version") != LAYOUT_VERSION:  # records go to segments from now
+            doc["layout_version"] = LAYOUT_VERSION
+            _files.write_atomic(os.path.join(root, "batch.json"), store._encode(doc), sync=True)
         store._thread.start()
         return store
 
@@ -421,16 +426,26 @@ class BatchStore(Journal):
             offset = 0  # the index outlived the log's tail: replay all there is
         reader = _files.JsonlReader(self._events_path, offset)
         changes: dict[str, dict[str, Any]] = {}
+        witnessed = (0, 0) if offset == 0 else self._witnessed
         for ev in reader:
             rid = ev.get("id")
             if ev.get("type") in ("assigned", "rollout") and isinstance(rid, str):
-                changes.setdefault(rid, {}).update(
-                    (k, v) for k, v in ev.items() if k in _EVENT_COLUMNS
-                )
+                change = changes.setdefault(rid, {})
+                change.update((k, v) for k, v in ev.items() if k in _EVENT_COLUMNS)
+                if "record" in ev:
+                    where = _index.location_fields(ev["record"])
+                    change.update(where)
+                    if where["record_segment"] is not None:
+                        end = (
+                            where["record_segment"],
+                            where["record_offset"] + where["record_length"],
+                        )
+                        witnessed = max(witnessed, end)
             if len(changes) >= _REPLAY_CHUNK:
-                _index.apply_changes(self._db, changes, reader.end)
+                _index.apply_changes(self._db, changes, reader.end, witnessed)
                 changes = {}
-        _index.apply_changes(self._db, changes, reader.end)
+        _index.apply_changes(self._db, changes, reader.end, witnessed)
+        self._witnessed = witnessed
         self._committed = reader.end
         self._next_seq = self._db.execute(
             "SELECT COALESCE(MAX(seq) + 1, 0) FROM rollouts"

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import store
 from ._data import BatchDir
-from ._rollout_files import read_json
+from ._rollout_files import read_record
 
 __all__ = ["GROUP_RECORDS", "agent_comparison", "agent_names", "agent_sections"]
 
@@ -68,7 +68,7 @@ def _groups(batch: BatchDir) -> dict[str, Any]:
     advantages: dict[str, list[float]] = {}
     refused: list[str] = []
     for rid, agent in ids[:GROUP_RECORDS]:
-        record = read_json(batch.path, ("rollouts", f"{rid}.json"), refused) or {}
+        record = read_record(batch.path, rid, refused) or {}
         groups = record.get("group_rewards")
         if isinstance(groups, Mapping):
             for name, v in groups.items():

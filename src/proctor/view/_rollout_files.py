@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from .. import store
+from .._errors import StoreError
 from ._files import _Refused, open_inside, stat_inside
 from ._trace_pages import PAGE_STEPS, Cursor, Page, read_page, records, turn_lines
 
@@ -26,6 +28,7 @@ __all__ = [
     "read_files",
     "read_json",
     "read_log",
+    "read_record",
 ]
 
 LOG_LIMIT = 1024 * 1024
@@ -43,8 +46,11 @@ def read_files(
         ValueError: `cursor` is not the start of a step.
     """
     folder = ("rollouts", rid) if attempt is None else ("rollouts", rid, "attempts", str(attempt))
-    record_at = ("rollouts", f"{rid}.json") if attempt is None else (*folder, "rollout.json")
     torn: dict[str, int] = {}
+    if attempt is None:
+        record = read_record(root, rid, refused, torn)
+    else:
+        record = _json(root, (*folder, "rollout.json"), refused, torn)
     page = _trace(root, folder, cursor, refused)
     if page.torn:
         torn["trace.jsonl"] = page.torn
@@ -52,7 +58,7 @@ def read_files(
     # The last page also holds the proxy's turns past the trace's (at most a page).
     count = turns if page.next is not None else turns + PAGE_STEPS
     return {
-        "record": _json(root, record_at, refused, torn),
+        "record": record,
         "model_turns": _turns(root, folder, cursor.turns, count, refused),
         "trace": page.steps,
         "page": page,
@@ -148,6 +154,43 @@ def read_json(root: str, names: tuple[str, ...], refused: list[str]) -> dict[str
     """The JSON object in a regular file inside `root` (None: missing, refused, not an
     object, or over `RECORD_LIMIT` bytes)."""
     return _json(root, names, refused, {})
+
+
+def read_record(
+    root: str, rid: str, refused: list[str], torn: dict[str, int] | None = None
+) -> dict[str, Any] | None:
+    """The rollout's current record: its line in a segment file, or in a folder of
+    layout 1 `rollouts/<id>.json` (None: none, refused, torn or another rollout's)."""
+    torn = {} if torn is None else torn
+    try:
+        found = store.locate_record(root, rid)
+    except StoreError:
+        found = None
+    if found is None:
+        return _json(root, ("rollouts", f"{rid}.json"), refused, torn)
+    name, offset, length = found
+    if length > RECORD_LIMIT:
+        refused.append(
+            f"{os.path.join(root, 'rollouts', name)}: a record over {RECORD_LIMIT:,} bytes: "
+            "not shown"
+        )
+        return None
+    try:
+        f = open_inside(root, "rollouts", name)
+    except FileNotFoundError:
+        torn[name] = length
+        return None
+    except _Refused as exc:
+        refused.append(str(exc))
+        return None
+    with f:
+        data = os.pread(f.fileno(), length, offset)
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        torn[name] = length
+        return None
+    return value if isinstance(value, dict) and value.get("id") == rid else None
 
 
 def _json(
