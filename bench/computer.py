@@ -356,7 +356,7 @@ if __name__ == "__main__":
     print(_memory_line(result))
     print()
     print(_table(result["concurrency"]))
-    held = {k: _desktops_held(result["concurrency"], k) for k in ("p50_ms", "hud_p50_ms")}
+    held = {k: _desktops_held(result["concurrency"], k) or "none" for k in ("p50_ms", "hud_p50_ms")}
     print(
         f"desktops held with p50 under 100 ms: proctor {held['p50_ms']}, "
         f"HUD (x11vnc -threads) {held['hud_p50_ms']}"
