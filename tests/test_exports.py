@@ -10,6 +10,7 @@ import ast
 import builtins
 import importlib
 import inspect
+import pickle
 import re
 import subprocess
 import sys
@@ -101,7 +102,7 @@ def _is_exception(value: object) -> bool:
 
 def test_unknown_attribute_is_an_attribute_error() -> None:
     try:
-        proctor.nope  # noqa: B018
+        proctor.nope  # type: ignore[attr-defined]  # noqa: B018
     except AttributeError as exc:
         assert "nope" in str(exc)
     else:
@@ -130,3 +131,73 @@ def test_agents_models_and_proxy_load_no_sdk_until_used() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "[]"
+
+
+def _fresh(code: str) -> str:
+    """stdout of `code` run in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_importing_a_package_loads_none_of_its_modules() -> None:
+    """Exports load on first use (PEP 562): a package's import costs next to nothing."""
+    code = (
+        f"import sys, {', '.join(PACKAGES)};"
+        "print(sorted(m for m in sys.modules if m.startswith('proctor.')))"
+    )
+    assert _fresh(code) == str(sorted(["proctor._public", *PACKAGES]))
+
+
+def test_a_lazy_export_loads_only_its_module() -> None:
+    code = (
+        "import sys; from proctor.runtimes import Endpoint;"
+        "print(sorted(m for m in sys.modules if m.startswith('proctor.runtimes.')))"
+    )
+    assert _fresh(code) == "['proctor.runtimes._base']"
+
+
+def test_dir_lists_every_export_before_any_is_loaded() -> None:
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        assert set(module.__all__) <= set(dir(module)), package
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    for package in ["proctor", *PACKAGES]:
+        module = importlib.import_module(package)
+        try:
+            module.nope  # noqa: B018
+        except AttributeError as exc:
+            assert str(exc) == f"module {package!r} has no attribute 'nope'"
+        else:
+            raise AssertionError(f"{package}.nope resolved")
+
+
+def test_star_import_gives_every_export() -> None:
+    for package in ["proctor", *PACKAGES]:
+        namespace: dict[str, object] = {}
+        exec(f"from {package} import *", namespace)
+        assert set(importlib.import_module(package).__all__) <= set(namespace), package
+
+
+def test_exported_classes_and_functions_pickle_by_their_public_path() -> None:
+    """Ray and multiprocessing ship them by reference: module and name must resolve."""
+    for package in ["proctor", *PACKAGES]:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            value = getattr(module, name)
+            if inspect.isclass(value) or inspect.isfunction(value):
+                assert pickle.loads(pickle.dumps(value)) is value, f"{package}.{name}"
+    grade = proctor.Grade(reward=0.5)
+    assert pickle.loads(pickle.dumps(grade)) == grade
+
+
+def test_a_class_reached_through_its_module_first_gets_its_public_path() -> None:
+    """Inside a package, modules import each other directly: the package still publishes
+    what they loaded once any of its names is touched."""
+    code = (
+        "from proctor.env._template import Template; import proctor.env;"
+        "proctor.env.Environment; print(Template.__module__)"
+    )
+    assert _fresh(code) == "proctor.env"

@@ -295,17 +295,43 @@ def test_the_reach_check_sees_private_modules_and_unexported_names() -> None:
     ]
 
 
+def _lazy_tables() -> dict[Path, tuple[dict[str, str], dict[str, str], list[str]]]:
+    """Per package `__init__.py` with a lazy table: (table, TYPE_CHECKING mirror, __all__)."""
+    found = {}
+    for path in sorted(SRC.rglob("__init__.py")):
+        tree = ast.parse(path.read_text())
+        table: dict[str, str] = {}
+        names: list[str] = []
+        mirror: dict[str, str] = {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                if node.targets[0].id == "_EXPORTS":
+                    table = ast.literal_eval(node.value)
+                elif node.targets[0].id == "__all__" and isinstance(node.value, ast.List):
+                    names = ast.literal_eval(node.value)
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                for sub in node.body:  # not the `else:` that installs the lazy loader
+                    if isinstance(sub, ast.ImportFrom):
+                        for alias in sub.names:
+                            module = sub.module or alias.name  # `from . import _x as x`
+                            mirror[alias.asname or alias.name] = "." * sub.level + module
+        if table:
+            found[path] = (table, mirror, names or sorted(table))
+    return found
+
+
 def test_the_type_checking_mirror_is_the_export_table() -> None:
-    """`proctor/__init__.py` imports under TYPE_CHECKING exactly what it exports lazily."""
-    tree = ast.parse((SRC / "__init__.py").read_text())
-    mirror = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.ImportFrom):
-                    for alias in sub.names:
-                        mirror[alias.asname or alias.name] = "." * sub.level + (sub.module or "")
-    assert mirror == proctor._EXPORTS
+    """Each lazy `__init__.py` imports under TYPE_CHECKING exactly what it exports lazily.
+
+    Its `__all__` lists only names of its table (the rest of the table: another home's
+    names still importable from here).
+    """
+    tables = _lazy_tables()
+    assert SRC / "__init__.py" in tables and SRC / "env" / "__init__.py" in tables
+    for path, (table, mirror, names) in tables.items():
+        where = path.relative_to(SRC.parent)
+        assert mirror == table, where
+        assert set(names) <= set(table), where
 
 
 if __name__ == "__main__":  # `python tests/test_layers.py`: the reaches, one a line

@@ -6,8 +6,7 @@ The public API is re-exported here and loaded lazily, so `import proctor` stays 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
 __version__ = "0.1.0"
 
@@ -111,22 +110,6 @@ _DEPRECATED = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        from ._public import deprecated_alias
-
-        return deprecated_alias(__name__, name, _DEPRECATED)
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names only (not this module's own imports and helpers)."""
-    return sorted([*__all__, "__version__"])
-
-
 if TYPE_CHECKING:
     from ._errors import (
         BatchConfigError,
@@ -198,3 +181,11 @@ if TYPE_CHECKING:
         UrlRuntime,
     )
     from .tasks import Taskset
+else:
+    from ._public import lazy_exports
+
+    __getattr__, _ = lazy_exports(__name__, _EXPORTS, deprecated=_DEPRECATED)
+
+    def __dir__() -> list[str]:
+        """The public names only (not this module's own imports and helpers)."""
+        return sorted([*__all__, "__version__"])

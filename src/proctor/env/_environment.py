@@ -7,17 +7,18 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .._errors import TemplateError
-from ._browser import BrowserServer
-from ._desktop import DesktopServer
-from ._mcp import McpHttpServer
 from ._rewards import INJECTABLE, GroupReward, Scoring, group_reward
-from ._shell import ShellServer
 from ._template import Template, TemplateFn
 from ._types import Capability
-from ._user import UserServer
+
+if TYPE_CHECKING:  # each capability's server loads when it is added: a bare env stays light
+    from ._browser import BrowserServer
+    from ._desktop import DesktopServer
+    from ._shell import ShellServer
+    from ._user import UserServer
 
 __all__ = ["Environment", "registered"]
 
@@ -101,6 +102,8 @@ class Environment(Scoring):
         authenticated control connection (`run.binding(name)`). Graders can run checks
         through the returned server's `run()`. Arguments are `ShellServer`'s.
         """
+        from ._shell import ShellServer
+
         server = ShellServer(cwd=cwd, env=env, shell=shell, timeout=timeout, max_output=max_output)
         self._serve_capability(name, "shell", server)
         return server
@@ -123,6 +126,8 @@ class Environment(Scoring):
         Task code starts apps with the returned server's `launch()`. Arguments are
         `DesktopServer`'s; see `docs/computer.md`.
         """
+        from ._desktop import DesktopServer
+
         desktop = DesktopServer(width, height, window_manager=window_manager, live_view=live_view)
         self._serve_capability(name, "computer", desktop)
         return desktop
@@ -149,6 +154,8 @@ class Environment(Scoring):
         returned server's `goto()`. Arguments are `BrowserServer`'s; see
         `docs/computer.md`.
         """
+        from ._browser import BrowserServer
+
         browser = BrowserServer(
             width,
             height,
@@ -167,6 +174,8 @@ class Environment(Scoring):
         publishes `dialogue.binding` with the prompt; the agent side talks through
         `UserClient(run.binding(name))`. See `docs/users.md`.
         """
+        from ._user import UserServer
+
         server = UserServer()
         self._serve_capability(name, "user", server)
         return server
@@ -194,6 +203,8 @@ class Environment(Scoring):
         clients reach it only through `tunnel.open` (`run.binding(name)`). Needs
         `pip install 'proctor[mcp]'`.
         """
+        from ._mcp import McpHttpServer
+
         self._serve_capability(name, "mcp", McpHttpServer(server, path=path))
         self._servers[name] = server  # task code gets the MCP server, not its HTTP front
 

@@ -13,15 +13,11 @@
 runtime) for `Taskset.from_file` and `proctor run`. Heavy dependencies load lazily.
 """
 
-from .._public import publish
-from ._detect import detect, harbor_source
-from ._harbor import harbor_tasks
-from ._harbor_runtime import HarborRuntime
-from ._inspect_source import inspect_source
-from ._openenv import openenv_environment, openenv_source
-from ._openenv_session import OpenEnvServer, OpenEnvSession
-from ._source import Source
-from ._verifiers_source import verifiers_source
+from __future__ import annotations
+
+from .._public import lazy_exports
+
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
 __all__ = [
     "HarborRuntime",
@@ -36,5 +32,28 @@ __all__ = [
     "openenv_source",
     "verifiers_source",
 ]
+_EXPORTS = {
+    "HarborRuntime": "._harbor_runtime",
+    "OpenEnvServer": "._openenv_session",
+    "OpenEnvSession": "._openenv_session",
+    "Source": "._source",
+    "detect": "._detect",
+    "harbor_source": "._detect",
+    "harbor_tasks": "._harbor",
+    "inspect_source": "._inspect_source",
+    "openenv_environment": "._openenv",
+    "openenv_source": "._openenv",
+    "verifiers_source": "._verifiers_source",
+}
 
-publish(globals(), __all__, __name__)
+if TYPE_CHECKING:
+    from ._detect import detect, harbor_source
+    from ._harbor import harbor_tasks
+    from ._harbor_runtime import HarborRuntime
+    from ._inspect_source import inspect_source
+    from ._openenv import openenv_environment, openenv_source
+    from ._openenv_session import OpenEnvServer, OpenEnvSession
+    from ._source import Source
+    from ._verifiers_source import verifiers_source
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

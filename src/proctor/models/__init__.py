@@ -10,26 +10,11 @@ pure pieces (retry state machine, wire parsing, pricing, compaction) live in pri
 modules that the interception proxy shares.
 """
 
-from .._public import publish
-from ._bedrock import aws_client
-from ._client import REQUEST_CEILINGS, ProviderAdapter
-from ._clock import Clock
-from ._content import IMAGE_TYPES, OMITTED, ImagePart, TextPart, content_parts
-from ._context import CHECKPOINT, ContextPolicy, compact, drop_frames
-from ._factory import model_client
-from ._names import Api, ModelSpec
-from ._pricing import Price, cost, price_of, pricing_date
-from ._profiles import (
-    ModelProfile,
-    load_profiles,
-    model_profile,
-    model_profiles,
-    parse_model,
-    register_profile,
-)
-from ._retry import RetryPolicy
-from ._sigv4 import AwsSigner, aws_signer
-from ._types import Attempt, ModelClient, ModelResponse, ToolCall, ToolSpec, Usage
+from __future__ import annotations
+
+from .._public import lazy_exports
+
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
 __all__ = [
     "CHECKPOINT",
@@ -68,6 +53,67 @@ __all__ = [
     "pricing_date",
     "register_profile",
 ]
+_EXPORTS = {
+    "CHECKPOINT": "._context",
+    "IMAGE_TYPES": "._content",
+    "OMITTED": "._content",
+    "REQUEST_CEILINGS": "._client",
+    "Api": "._names",
+    "Attempt": "._types",
+    "AwsSigner": "._sigv4",
+    "Clock": "._clock",
+    "ContextPolicy": "._context",
+    "ImagePart": "._content",
+    "ModelClient": "._types",
+    "ModelProfile": "._profiles",
+    "ModelResponse": "._types",
+    "ModelSpec": "._names",
+    "Price": "._pricing",
+    "ProviderAdapter": "._client",
+    "RetryPolicy": "._retry",
+    "TextPart": "._content",
+    "ToolCall": "._types",
+    "ToolSpec": "._types",
+    "Usage": "._types",
+    "aws_client": "._bedrock",
+    "aws_signer": "._sigv4",
+    "compact": "._context",
+    "content_parts": "._content",
+    "cost": "._pricing",
+    "drop_frames": "._context",
+    "load_profiles": "._profiles",
+    "model_client": "._factory",
+    "model_profile": "._profiles",
+    "model_profiles": "._profiles",
+    "parse_model": "._profiles",
+    "price_of": "._pricing",
+    "pricing_date": "._pricing",
+    "register_profile": "._profiles",
+}
 
-# FakeClock moved up to the shipped test helpers; the alias imports it only when asked.
-publish(globals(), __all__, __name__, deprecated={"FakeClock": "proctor.testing.FakeClock"})
+if TYPE_CHECKING:
+    from ._bedrock import aws_client
+    from ._client import REQUEST_CEILINGS, ProviderAdapter
+    from ._clock import Clock
+    from ._content import IMAGE_TYPES, OMITTED, ImagePart, TextPart, content_parts
+    from ._context import CHECKPOINT, ContextPolicy, compact, drop_frames
+    from ._factory import model_client
+    from ._names import Api, ModelSpec
+    from ._pricing import Price, cost, price_of, pricing_date
+    from ._profiles import (
+        ModelProfile,
+        load_profiles,
+        model_profile,
+        model_profiles,
+        parse_model,
+        register_profile,
+    )
+    from ._retry import RetryPolicy
+    from ._sigv4 import AwsSigner, aws_signer
+    from ._types import Attempt, ModelClient, ModelResponse, ToolCall, ToolSpec, Usage
+else:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        _EXPORTS,
+        deprecated={"FakeClock": "proctor.testing.FakeClock"},
+    )

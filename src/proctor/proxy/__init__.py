@@ -10,12 +10,11 @@ Each rollout gets a secret; its harness sees `OPENAI_BASE_URL` / `OPENAI_API_KEY
 on the rollout's trace; budgets in `ModelLimits` are enforced per rollout.
 """
 
-from .._http import HttpLimits
-from .._public import publish
-from ._frames import Frames, FrameSink
-from ._proxy import InterceptionProxy, Upstream
-from ._quotas import SessionQuotas
-from ._session import ModelLimits, ProxySession, SharedBudget
+from __future__ import annotations
+
+from .._public import lazy_exports
+
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
 __all__ = [
     "FrameSink",
@@ -28,5 +27,27 @@ __all__ = [
     "SharedBudget",
     "Upstream",
 ]
+_EXPORTS = {
+    "FrameSink": "._frames",
+    "Frames": "._frames",
+    "HttpLimits": ".._http",
+    "InterceptionProxy": "._proxy",
+    "ModelLimits": "._session",
+    "ProxySession": "._session",
+    "SessionQuotas": "._quotas",
+    "SharedBudget": "._session",
+    "Upstream": "._proxy",
+}
 
-publish(globals(), __all__, __name__, deprecated={"Limits": "proctor.proxy.ModelLimits"})
+if TYPE_CHECKING:
+    from .._http import HttpLimits
+    from ._frames import Frames, FrameSink
+    from ._proxy import InterceptionProxy, Upstream
+    from ._quotas import SessionQuotas
+    from ._session import ModelLimits, ProxySession, SharedBudget
+else:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        _EXPORTS,
+        deprecated={"Limits": "proctor.proxy.ModelLimits"},
+    )

@@ -8,14 +8,21 @@ and the engine can all share it; `Task` (pydantic) loads when first touched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from .._public import lazy_exports
 
-from .._public import publish
-from ._records import Grade, JobStats, RunError, Step, StepKind, SubScore, Trace
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
-if TYPE_CHECKING:
-    from ._task import Task, args_digest
-
+_EXPORTS = {
+    "Grade": "._records",
+    "JobStats": "._records",
+    "RunError": "._records",
+    "Step": "._records",
+    "StepKind": "._records",
+    "SubScore": "._records",
+    "Task": "._task",
+    "Trace": "._records",
+    "args_digest": "._task",
+}
 __all__ = [
     "Grade",
     "JobStats",
@@ -28,15 +35,8 @@ __all__ = [
     "args_digest",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in ("Task", "args_digest"):
-        from . import _task
-
-        value = getattr(_task, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-publish(globals(), __all__, __name__)
+if TYPE_CHECKING:
+    from ._records import Grade, JobStats, RunError, Step, StepKind, SubScore, Trace
+    from ._task import Task, args_digest
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -17,11 +17,11 @@ write_samples(samples_from_batch("runs/b1"), "samples.parquet", "parquet")
 line. Columns and rules: docs/samples.md.
 """
 
-from .._public import publish
-from ._branch import Branch, ModelTurn, branches
-from ._export import ExportCounts, parquet_schema, write_samples
-from ._sample import Sample
-from ._sources import BatchReading, samples_from_batch, samples_from_job
+from __future__ import annotations
+
+from .._public import lazy_exports
+
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
 __all__ = [
     "BatchReading",
@@ -35,5 +35,23 @@ __all__ = [
     "samples_from_job",
     "write_samples",
 ]
+_EXPORTS = {
+    "BatchReading": "._sources",
+    "Branch": "._branch",
+    "ExportCounts": "._export",
+    "ModelTurn": "._branch",
+    "Sample": "._sample",
+    "branches": "._branch",
+    "parquet_schema": "._export",
+    "samples_from_batch": "._sources",
+    "samples_from_job": "._sources",
+    "write_samples": "._export",
+}
 
-publish(globals(), __all__, __name__)
+if TYPE_CHECKING:
+    from ._branch import Branch, ModelTurn, branches
+    from ._export import ExportCounts, parquet_schema, write_samples
+    from ._sample import Sample
+    from ._sources import BatchReading, samples_from_batch, samples_from_job
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

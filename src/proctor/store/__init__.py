@@ -11,9 +11,11 @@ OUT/
   events.jsonl        append-only: batch events and every rollout's index changes
   index.sqlite        one row per rollout (SQLite, WAL), for filtering and sorting
   rollouts/
-    <id>.json         the rollout's record: assignment, status, phase, attempt,
+    segment-NNN.jsonl every rollout's record, one JSON line each, appended (the index
+                      and its event say where): assignment, status, phase, attempt,
                       timings, stop reason, result (grade, reward, error with phase),
                       usage, cost, and its trace when not streamed
+    <id>.json         (layout 1 only: the record in its own file; still read)
     <id>/             made only when the rollout has one of these:
       model_turns.jsonl   one line per model turn
       trace.jsonl         trace steps, streamed as they happen
@@ -30,7 +32,8 @@ shaped like a `PlannedRollout`).
 
 Read, while a runner writes: `read_batch`, `read_state`, `read_events` (a
 `JsonlReader`), `read_rollout` (every file of one rollout), `read_record`,
-`index_row`; index rows with `list_rollouts` (a `RolloutQuery`: filters, sort, page),
+`index_row`, `locate_record`; index rows with `list_rollouts` (a `RolloutQuery`:
+filters, sort, page),
 `count_rollouts`, `page_rollouts` (a page and its total), `rollout_columns`; the
 aggregates a dashboard shows: `totals`, `cost_by_model`, `distinct_values`,
 `cell_means`, `task_means`, `reward_histogram`, `group_reward_histograms`,
@@ -38,38 +41,11 @@ aggregates a dashboard shows: `totals`, `cost_by_model`, `distinct_values`,
 directory loads only it.
 """
 
-from .._public import publish
-from ._files import JsonlReader, fsync_dir
-from ._index import FILTERABLE, SORTABLE
-from ._journal import Durability
-from ._layout import LAYOUT_VERSION, TERMINAL, read_batch
-from ._queries import (
-    BatchTotals,
-    RolloutPage,
-    cell_means,
-    cost_by_model,
-    cost_curve,
-    distinct_values,
-    group_reward_histograms,
-    page_rollouts,
-    reward_histogram,
-    rollout_columns,
-    task_means,
-    totals,
-)
-from ._query import Filter, RolloutQuery
-from ._read import (
-    count_rollouts,
-    index_row,
-    list_rollouts,
-    read_events,
-    read_record,
-    read_rollout,
-    read_state,
-    recorded_cost,
-)
-from ._recorder import PlannedRollout, RolloutRecorder
-from ._store import BatchStore
+from __future__ import annotations
+
+from .._public import lazy_exports
+
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
 __all__ = [
     "FILTERABLE",
@@ -94,6 +70,7 @@ __all__ = [
     "group_reward_histograms",
     "index_row",
     "list_rollouts",
+    "locate_record",
     "page_rollouts",
     "read_batch",
     "read_events",
@@ -106,5 +83,75 @@ __all__ = [
     "task_means",
     "totals",
 ]
+_EXPORTS = {
+    "FILTERABLE": "._index",
+    "LAYOUT_VERSION": "._layout",
+    "SORTABLE": "._index",
+    "TERMINAL": "._layout",
+    "BatchStore": "._store",
+    "BatchTotals": "._queries",
+    "Durability": "._journal",
+    "Filter": "._query",
+    "JsonlReader": "._files",
+    "PlannedRollout": "._recorder",
+    "RolloutPage": "._queries",
+    "RolloutQuery": "._query",
+    "RolloutRecorder": "._recorder",
+    "cell_means": "._queries",
+    "cost_by_model": "._queries",
+    "cost_curve": "._queries",
+    "count_rollouts": "._read",
+    "distinct_values": "._queries",
+    "fsync_dir": "._files",
+    "group_reward_histograms": "._queries",
+    "index_row": "._read",
+    "list_rollouts": "._read",
+    "locate_record": "._read",
+    "page_rollouts": "._queries",
+    "read_batch": "._layout",
+    "read_events": "._read",
+    "read_record": "._read",
+    "read_rollout": "._read",
+    "read_state": "._read",
+    "recorded_cost": "._read",
+    "reward_histogram": "._queries",
+    "rollout_columns": "._queries",
+    "task_means": "._queries",
+    "totals": "._queries",
+}
 
-publish(globals(), __all__, __name__)
+if TYPE_CHECKING:
+    from ._files import JsonlReader, fsync_dir
+    from ._index import FILTERABLE, SORTABLE
+    from ._journal import Durability
+    from ._layout import LAYOUT_VERSION, TERMINAL, read_batch
+    from ._queries import (
+        BatchTotals,
+        RolloutPage,
+        cell_means,
+        cost_by_model,
+        cost_curve,
+        distinct_values,
+        group_reward_histograms,
+        page_rollouts,
+        reward_histogram,
+        rollout_columns,
+        task_means,
+        totals,
+    )
+    from ._query import Filter, RolloutQuery
+    from ._read import (
+        count_rollouts,
+        index_row,
+        list_rollouts,
+        locate_record,
+        read_events,
+        read_record,
+        read_rollout,
+        read_state,
+        recorded_cost,
+    )
+    from ._recorder import PlannedRollout, RolloutRecorder
+    from ._store import BatchStore
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -10,17 +10,11 @@ instant. `FakeModelServer` speaks the OpenAI and Anthropic wire formats from scr
 its model catalog and SigV4-signed chat completions, each signature checked.
 """
 
-from .._public import publish
-from ..channel._memory import memory_pair
-from . import conformance_env
-from ._check_runtime import RUNTIME_CHECKS, RuntimeReport, check_runtime
-from ._check_server import check_env_server
-from ._clock import FakeClock
-from ._fake_bedrock import FakeBedrockServer
-from ._fake_model import FakeModelServer
-from ._fake_model_images import FakeImage
-from ._fake_model_reply import FakeToolCall, Fault, Reply
-from ._fake_model_request import FakeRequest
+from __future__ import annotations
+
+from .._public import lazy_exports
+
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
 
 __all__ = [
     "RUNTIME_CHECKS",
@@ -38,5 +32,33 @@ __all__ = [
     "conformance_env",
     "memory_pair",
 ]
+_EXPORTS = {
+    "RUNTIME_CHECKS": "._check_runtime",
+    "FakeBedrockServer": "._fake_bedrock",
+    "FakeClock": "._clock",
+    "FakeImage": "._fake_model_images",
+    "FakeModelServer": "._fake_model",
+    "FakeRequest": "._fake_model_request",
+    "FakeToolCall": "._fake_model_reply",
+    "Fault": "._fake_model_reply",
+    "Reply": "._fake_model_reply",
+    "RuntimeReport": "._check_runtime",
+    "check_env_server": "._check_server",
+    "check_runtime": "._check_runtime",
+    "conformance_env": ".conformance_env",
+    "memory_pair": "..channel._memory",
+}
 
-publish(globals(), __all__, __name__)
+if TYPE_CHECKING:
+    from ..channel._memory import memory_pair
+    from . import conformance_env
+    from ._check_runtime import RUNTIME_CHECKS, RuntimeReport, check_runtime
+    from ._check_server import check_env_server
+    from ._clock import FakeClock
+    from ._fake_bedrock import FakeBedrockServer
+    from ._fake_model import FakeModelServer
+    from ._fake_model_images import FakeImage
+    from ._fake_model_reply import FakeToolCall, Fault, Reply
+    from ._fake_model_request import FakeRequest
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -6,10 +6,25 @@ and server-sent events on proctor's own HTTP server (`_http`), from the batch re
 Every page is a Jinja2 template with autoescape on; charts are SVG drawn on the server.
 """
 
-from .._public import publish
-from ._server import ViewServer, serve_view
-from ._transcript import as_text
+from __future__ import annotations
 
-__all__ = ["ViewServer", "as_text", "serve_view"]
+from .._public import lazy_exports
 
-publish(globals(), __all__, __name__)
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads it so)
+
+__all__ = [
+    "ViewServer",
+    "as_text",
+    "serve_view",
+]
+_EXPORTS = {
+    "ViewServer": "._server",
+    "as_text": "._transcript",
+    "serve_view": "._server",
+}
+
+if TYPE_CHECKING:
+    from ._server import ViewServer, serve_view
+    from ._transcript import as_text
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
