@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import secrets
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -253,6 +254,7 @@ class _Project:
     id: str = field(default_factory=lambda: secrets.token_hex(8))
     started: list[str] = field(default_factory=list)  # service names, in order
     network: bool = False  # whether its creation was attempted
+    waiting: str = ""  # what bring-up waits for, and the last check's output
 
     @property
     def network_name(self) -> str:
@@ -278,7 +280,8 @@ class _Project:
             async with asyncio.timeout(limit):
                 await self._up()
         except TimeoutError:
-            raise RuntimeLaunchError(f"project {self.id} not up within {limit:g}s") from None
+            why = f" ({self.waiting})" if self.waiting else ""
+            raise RuntimeLaunchError(f"project {self.id} not up within {limit:g}s{why}") from None
 
     async def _up(self) -> None:
         exe = self.runtime._exe
@@ -436,6 +439,7 @@ class _Project:
                 code, output = -1, f"the check ran past {check.timeout:g}s"
             if code == 0:
                 return
+            self.waiting = f"service {service.name} not healthy yet: {output}"
             _, running, _ = await _run([*exe, "inspect", "--format", "{{.State.Running}}", name])
             if running.strip() != "true":
                 raise RuntimeLaunchError(
@@ -476,21 +480,27 @@ async def _run(
     argv: list[str], env: Mapping[str, str] | None = None, limit: float = _ENV_TIMEOUT
 ) -> tuple[int, str, str]:
     """Run an engine command to completion, as `_container._cli` does, with `env` for
-    its client (a service's variables, kept off argv); `TimeoutError` after `limit` s."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=None if env is None else dict(env),
-    )
-    try:
-        async with asyncio.timeout(limit):
-            out, err = await proc.communicate()
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    its client (a service's variables, kept off argv); `TimeoutError` after `limit` s.
+
+    Its output goes to files, not pipes: the monitor `run -d` leaves behind can hold
+    a pipe it inherited open (under uvloop), and a pipe's end would never come.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=None if env is None else dict(env),
+        )
+        try:
+            async with asyncio.timeout(limit):
+                code = await proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
