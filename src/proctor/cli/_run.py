@@ -24,7 +24,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         execute_plan(plan, ended)
     except (KeyboardInterrupt, Terminated):
-        if ended.job is not None and ended.job.summaries:  # what ended before the interrupt
+        if ended.job is not None and ended.job.stats.runs:  # what ended before the interrupt
             _report(args, plan, ended, interrupted=True)
         raise
     return _report(args, plan, ended)
@@ -37,7 +37,7 @@ def _report(
     `interrupted` run's summary is of the rollouts that ended, and says so."""
     job = ended.job
     assert job is not None
-    summary = summarize(job, ended.wall, ended.errors)
+    summary = summarize(job, ended.wall, ended.templates, ended.errors)
     summary.update(
         agent=plan.agent_label,
         runtime=args.runtime,
@@ -49,6 +49,6 @@ def _report(
         print_json(summary)
     else:
         if interrupted:
-            print(f"interrupted: the {len(job.summaries)} rollout(s) that ended")
+            print(f"interrupted: the {job.stats.runs} rollout(s) that ended")
         print(render(summary), flush=True)
     return 1 if args.strict and job.stats.errors else 0

@@ -1,7 +1,8 @@
 """`proctor run`'s rollouts: every (row, repeat) at most `--max-concurrent` at a time,
 each recorded as it goes into the output folder (the batch layout) unless
 `--no-record`, each finished run appended to `--output`, shown live on stderr. No run
-is kept once written: the job holds summaries, so memory stays flat however many run."""
+is kept once written (the summary is counted as they end): memory stays flat however
+many run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._common import CLIError, run_async
 from ._run_rows import check_rows
 from ._run_sources import open_runtime
+from ._run_summary import Totals
 
 if TYPE_CHECKING:
     from ..agents import Run
@@ -26,20 +28,27 @@ __all__ = ["Ended", "execute_plan"]
 
 @dataclass(slots=True)
 class Ended:
-    """What ended, also when the run is interrupted: the job (a summary per run), over
-    how long, and the first error of each (phase, type), or every error with
-    `every_error`, with its message and traceback."""
+    """What ended, also when the run is interrupted: the job's statistics, totals by
+    template (env and id), over how long, and the first error of each (phase, type),
+    or every error with `every_error`, with its message and traceback."""
 
     every_error: bool = False
     job: Job | None = None
     wall: float = 0.0
+    templates: dict[tuple[str, str], Totals] = field(default_factory=dict)
     errors: list[dict[str, Any]] = field(default_factory=list)
     seen: set[tuple[str, str]] = field(default_factory=set)
 
     def note(self, run: Run) -> None:
-        """Count an ended run into the job (not kept) and note its error."""
+        """Count an ended run into the job and its template's totals (keeping nothing
+        of it) and note its error."""
         assert self.job is not None
-        self.job.add(run, keep=False)
+        self.job.add(run, keep="none")
+        key = (run.task.env, run.task.id)
+        totals = self.templates.get(key)
+        if totals is None:
+            totals = self.templates[key] = Totals()
+        totals.add(run)
         err = run.error
         if err is None or (not self.every_error and (err.phase, err.type) in self.seen):
             return

@@ -2,59 +2,90 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ._common import table
 
 if TYPE_CHECKING:
-    from ..engine import Job, RunSummary
+    from ..agents import Run
+    from ..engine import Job
 
-__all__ = ["render", "summarize"]
+__all__ = ["Totals", "render", "summarize"]
 
 
-def summarize(job: Job, wall: float, errors: list[dict[str, Any]]) -> dict[str, Any]:
-    """The job's totals plus one row per template, JSON-ready, from its run summaries;
-    `errors` (`Ended.errors`) become `first_errors`."""
-    by_template: dict[tuple[str, str], list[RunSummary]] = {}
-    for s in job.summaries:
-        by_template.setdefault((s.env, s.task_id), []).append(s)
-    several_envs = len({env for env, _ in by_template}) > 1
-    templates = [
-        {"template": f"{env}/{tid}" if several_envs else tid, "env": env, "id": tid} | _totals(runs)
-        for (env, tid), runs in by_template.items()
+class Totals:
+    """Runs, rewards, errors, budget stops, tokens and cost of some runs, added one by
+    one as they end (nothing kept per run)."""
+
+    def __init__(self) -> None:
+        self.runs = self.graded = self.errors = self.evaluation_failed = 0
+        self.reward_sum = 0.0
+        self.stop_reasons: Counter[str] = Counter()
+        self.usage: Counter[str] = Counter()
+        self.cost: float | None = None
+
+    def add(self, run: Run) -> None:
+        """Count one ended run."""
+        self.runs += 1
+        if run.reward is not None:
+            self.graded += 1
+            self.reward_sum += run.reward
+        self.errors += run.error is not None
+        self.evaluation_failed += run.evaluation_failed
+        if run.stop_reason:
+            self.stop_reasons[run.stop_reason] += 1
+        self.usage.update({k: v for k, v in run.usage.items() if isinstance(v, int)})
+        cost = run.cost
+        if cost is not None:
+            self.cost = cost + (self.cost or 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The totals, JSON-ready."""
+        return {
+            "runs": self.runs,
+            "graded": self.graded,
+            "mean_reward": self.reward_sum / self.graded if self.graded else None,
+            "errors": self.errors,
+            "evaluation_failed": self.evaluation_failed,
+            "stop_reasons": dict(self.stop_reasons),
+            "usage": dict(self.usage),
+            "cost_usd": self.cost,
+        }
+
+
+def summarize(
+    job: Job,
+    wall: float,
+    templates: dict[tuple[str, str], Totals],
+    errors: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The job's totals plus one row per template (`templates`: by env and template
+    id), JSON-ready; `errors` become `first_errors`."""
+    several_envs = len({env for env, _ in templates}) > 1
+    rows = [
+        {"template": f"{env}/{tid}" if several_envs else tid, "env": env, "id": tid}
+        | totals.to_dict()
+        for (env, tid), totals in templates.items()
     ]
-    total = _totals(job.summaries)
+    total = Totals()
+    for totals in templates.values():
+        total.evaluation_failed += totals.evaluation_failed
+        total.stop_reasons.update(totals.stop_reasons)
+        total.usage.update(totals.usage)
+        if totals.cost is not None:
+            total.cost = totals.cost + (total.cost or 0.0)
+    runs = job.stats.runs
     return {
         **job.to_dict(),
         "wall_time_s": wall,
-        "rollouts_per_s": len(job.summaries) / wall if wall > 0 else None,
-        "stop_reasons": total["stop_reasons"],
-        "evaluation_failed": total["evaluation_failed"],
-        "usage": total["usage"],
-        "cost_usd": total["cost_usd"],
-        "templates": templates,
+        "rollouts_per_s": runs / wall if wall > 0 else None,
+        "stop_reasons": dict(total.stop_reasons),
+        "evaluation_failed": total.evaluation_failed,
+        "usage": dict(total.usage),
+        "cost_usd": total.cost,
+        "templates": rows,
         "first_errors": errors,
-    }
-
-
-def _totals(runs: list[RunSummary]) -> dict[str, Any]:
-    """Runs, rewards, errors, budget stops, tokens and cost of some runs."""
-    from collections import Counter
-
-    rewards = [r.reward for r in runs if r.reward is not None]
-    usage: Counter[str] = Counter()
-    for run in runs:
-        usage.update({k: v for k, v in run.usage.items() if isinstance(v, int)})
-    costs = [r.cost for r in runs if r.cost is not None]
-    return {
-        "runs": len(runs),
-        "graded": len(rewards),
-        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
-        "errors": sum(1 for r in runs if r.error_phase is not None),
-        "evaluation_failed": sum(1 for r in runs if r.evaluation_failed),
-        "stop_reasons": dict(Counter(r.stop_reason for r in runs if r.stop_reason)),
-        "usage": dict(usage),
-        "cost_usd": sum(costs) if costs else None,
     }
 
 

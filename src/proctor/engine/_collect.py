@@ -8,11 +8,12 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..agents import Run
 from ._groups import apply_group_rewards
+from ._job import Job, Keep
 from ._summary import RunSummary
 
 __all__ = ["Collector", "RunSink", "SinkLike"]
@@ -32,6 +33,7 @@ SinkLike = RunSink | Callable[[Run], Awaitable[None] | None]
 """A `RunSink`, or a plain callable taking the run (sync or async)."""
 
 Members = list[tuple[int, Run]]
+T = TypeVar("T")
 
 
 def sink_call(sink: SinkLike | None) -> Callable[[Run], Any] | None:
@@ -55,21 +57,26 @@ class Collector:
 
     `finished(i, run)` (sync, from the executor) tells `on_run` at once and holds the
     run until its group has ended; `drain()` (a task beside the executor) then applies
-    the group's rewards, summarizes each member, keeps it when `keep` and awaits the
-    sink. Summaries and kept runs come out in expansion order.
+    the group's rewards, counts each member into `job`, keeps what `keep` says of it
+    and awaits the sink. `fill()` hands the kept summaries and runs to the job, in
+    expansion order.
     """
 
     def __init__(
         self,
+        job: Job,
         size: int,
         group: int,
         *,
-        keep: bool,
+        keep: Keep,
         on_run: Callable[[Run], Any] | None,
         sink: Callable[[Run], Any] | None,
     ) -> None:
-        self._summaries: list[RunSummary | None] = [None] * size
-        self._runs: list[Run | None] | None = [None] * size if keep else None
+        self._job = job
+        self._summaries: list[RunSummary | None] | None = None
+        if keep != "none":
+            self._summaries = [None] * size
+        self._runs: list[Run | None] | None = [None] * size if keep == "runs" else None
         self._group = group
         self._on_run = on_run
         self._sink = sink
@@ -127,19 +134,18 @@ class Collector:
             except Exception:  # the job already failed or was interrupted: say, go on
                 log.exception("the sink failed on a run of group %s", members[0][1].group_id)
 
-    def summaries(self) -> Iterator[RunSummary]:
-        """The summaries of the runs settled so far, in expansion order."""
-        return (s for s in self._summaries if s is not None)
-
-    def runs(self) -> Iterator[Run]:
-        """The runs kept so far, in expansion order."""
-        return (r for r in self._runs or () if r is not None)
+    def fill(self) -> None:
+        """Hand the job the summaries and runs kept so far, in expansion order."""
+        self._job.summaries.extend(_present(self._summaries or ()))
+        self._job.runs.extend(_present(self._runs or ()))
 
     async def _settle(self, members: Members, *, rewards: bool) -> None:
         if rewards and len(members) >= 2:
             await apply_group_rewards(run for _, run in members)
         for i, run in members:
-            self._summaries[i] = RunSummary.of(run)
+            self._job.count(run)
+            if self._summaries is not None:
+                self._summaries[i] = RunSummary.of(run)
             if self._runs is not None:
                 self._runs[i] = run
         if self._sink is not None:
@@ -156,3 +162,7 @@ class Collector:
         except Exception:
             self.broken = True
             raise
+
+
+def _present(items: Iterable[T | None]) -> Iterator[T]:
+    return (x for x in items if x is not None)

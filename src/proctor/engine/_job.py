@@ -6,23 +6,25 @@ import math
 import time
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 from ..agents import Run
 from ..records import JobStats
 from ._groups import groups
 from ._summary import RunSummary
 
-__all__ = ["Job"]
+__all__ = ["Job", "Keep"]
+
+Keep = Literal["runs", "summaries", "none"]
 
 
 class Job:
     """The runs of one `Taskset.run` call (or several, when passed back in as `job=`).
 
-    Every ended run leaves a `RunSummary` in `summaries`; `runs` holds the runs
-    themselves only when they were kept (`Taskset.run(keep="runs")`, the default).
-    The statistics (`stats`, `pass_at_k`, `summary_groups`) read the summaries, so
-    they are the same either way.
+    What it keeps of each ended run is the run's `keep` (`Taskset.run(keep=...)`):
+    `"runs"` (the default) the `Run` in `runs` and a `RunSummary` in `summaries`,
+    `"summaries"` the summary only, `"none"` nothing. `stats` counts every run either
+    way; `pass_at_k` and `summary_groups` need the summaries.
     """
 
     def __init__(self, name: str = "", *, id: str | None = None, group: int = 1) -> None:
@@ -32,31 +34,44 @@ class Job:
         self.runs: list[Run] = []
         self.summaries: list[RunSummary] = []
         self.created_at = time.time()
+        self._count = 0
+        self._graded = 0
+        self._reward_sum = 0.0
+        self._phases: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         s = self.stats
         mean = "n/a" if s.mean_reward is None else f"{s.mean_reward:.3f}"
         return f"<Job {self.name or self.id[:8]}: {s.runs} runs, mean {mean}, {s.errors} errors>"
 
-    def add(self, run: Run, *, keep: bool = True) -> RunSummary:
-        """Count an ended run: its summary always, the run itself only with `keep`."""
-        summary = RunSummary.of(run)
-        self.summaries.append(summary)
-        if keep:
+    def add(self, run: Run, *, keep: Keep = "runs") -> None:
+        """Count an ended run into `stats`, keeping what `keep` says of it."""
+        self.count(run)
+        if keep != "none":
+            self.summaries.append(RunSummary.of(run))
+        if keep == "runs":
             self.runs.append(run)
-        return summary
+
+    def count(self, run: Run) -> None:
+        """Count an ended run into `stats` only (`add` keeps it too)."""
+        self._count += 1
+        reward = run.reward
+        if reward is not None:
+            self._graded += 1
+            self._reward_sum += reward
+        if run.error is not None:
+            self._phases[run.error.phase] += 1
 
     @property
     def stats(self) -> JobStats:
         """Mean reward over graded runs; failed runs counted apart, by phase."""
-        rewards = [s.reward for s in self.summaries if s.reward is not None]
-        phases = Counter(s.error_phase for s in self.summaries if s.error_phase is not None)
+        graded = self._graded
         return JobStats(
-            runs=len(self.summaries),
-            graded=len(rewards),
-            errors=sum(phases.values()),
-            mean_reward=sum(rewards) / len(rewards) if rewards else None,
-            errors_by_phase=dict(phases),
+            runs=self._count,
+            graded=graded,
+            errors=sum(self._phases.values()),
+            mean_reward=self._reward_sum / graded if graded else None,
+            errors_by_phase=dict(self._phases),
         )
 
     def groups(self) -> dict[str, list[Run]]:
@@ -65,15 +80,24 @@ class Job:
         Raises:
             ValueError: the job did not keep every run (`summary_groups` has them all).
         """
-        if len(self.runs) != len(self.summaries):
+        if len(self.runs) != self._count:
             raise ValueError(
                 f"job {self.name or self.id[:8]} kept {len(self.runs)} of its "
-                f"{len(self.summaries)} runs (keep='summaries'): use summary_groups()"
+                f"{self._count} runs (keep='summaries' or 'none'): see summary_groups()"
             )
         return groups(self.runs)
 
     def summary_groups(self) -> dict[str, list[RunSummary]]:
-        """The run summaries by group id (the repeats of one row), in order."""
+        """The run summaries by group id (the repeats of one row), in order.
+
+        Raises:
+            ValueError: the job did not keep a summary of every run (`keep="none"`).
+        """
+        if len(self.summaries) != self._count:
+            raise ValueError(
+                f"job {self.name or self.id[:8]} kept {len(self.summaries)} summaries of its "
+                f"{self._count} runs (keep='none')"
+            )
         out: dict[str, list[RunSummary]] = {}
         for s in self.summaries:
             out.setdefault(s.group_id, []).append(s)
@@ -86,7 +110,8 @@ class Job:
         a group of `n` runs with `c` passing gives 1 - C(n - c, k) / C(n, k).
 
         Raises:
-            ValueError: `k` below 1, or a group smaller than `k`.
+            ValueError: `k` below 1, a group smaller than `k`, or the job did not keep
+                a summary of every run (`keep="none"`).
         """
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"pass_at_k: k must be an int >= 1; got {k!r}")

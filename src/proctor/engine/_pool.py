@@ -13,7 +13,7 @@ from ..agents import Run
 from ._collect import Collector, SinkLike, sink_call
 from ._drive import default_runtime, rollout
 from ._groups import check_group_rewards
-from ._job import Job
+from ._job import Job, Keep
 from ._spec import Planned, RunSpec
 from ._timeouts import Timeouts
 
@@ -73,7 +73,7 @@ async def run_taskset(
     limits: ModelLimits | None = None,
     executor: Literal["local", "ray"] | RayExecutor = "local",
     judge: InterceptionProxy | None = None,
-    keep: Literal["runs", "summaries"] = "runs",
+    keep: Keep = "runs",
     sink: SinkLike | None = None,
 ) -> Job:
     """Run every task `group` times and return the `Job`; never raises for a rollout.
@@ -86,13 +86,14 @@ async def run_taskset(
 
     Once every rollout of a group ended, its runs get the group rewards of their row's
     environment (`@env.group_reward`, found by name in this process) and, in a group
-    of two or more, `run.advantage` (see `apply_group_rewards`). Then each run leaves a
-    `RunSummary` in `job.summaries`, stays in `job.runs` with `keep="runs"` (both in
-    expansion order) and goes to `sink` (a `RunSink`, or a callable, sync or async).
-    `keep="summaries"` keeps none of them: a run the sink has taken is let go, so
-    memory stays flat however many rollouts run. `keep="runs"` is the default because
-    small interactive jobs are read run by run (traces, grades); each kept run holds
-    its trace, a few KB at least. A sink that raises stops the job: nothing more is
+    of two or more, `run.advantage` (see `apply_group_rewards`). Then each run is
+    counted into `job.stats`, kept as `keep` says and handed to `sink` (a `RunSink`,
+    or a callable, sync or async). `keep="runs"` keeps the run in `job.runs` and a
+    `RunSummary` in `job.summaries` (both in expansion order); `"summaries"` the
+    summary only (a few hundred bytes a run); `"none"` nothing: a run the sink has
+    taken is let go, so memory stays flat however many rollouts run. `"runs"` is the
+    default because small interactive jobs are read run by run (traces, grades); a
+    kept run holds its trace, a few KB at least. A sink that raises stops the job: nothing more is
     started (with the local executor), and its error is raised once the rollouts in
     flight ended. After an interrupt or a failure, the runs of groups not settled yet
     still reach the job and the sink, without group rewards.
@@ -112,8 +113,8 @@ async def run_taskset(
     group = 1 if group is None else group
     if group < 1:
         raise ValueError("group must be >= 1")
-    if keep not in ("runs", "summaries"):
-        raise ValueError(f"keep must be 'runs' or 'summaries', not {keep!r}")
+    if keep not in ("runs", "summaries", "none"):
+        raise ValueError(f"keep must be 'runs', 'summaries' or 'none', not {keep!r}")
     give = sink_call(sink)
     runner = _executor(executor, proxy, limits, judge)
     job = job if job is not None else Job(name or getattr(tasks, "name", ""), group=group)
@@ -128,17 +129,17 @@ async def run_taskset(
         Timeouts.of(rollout_timeout),
         max_concurrent,
     )
-    collector = Collector(len(planned), group, keep=keep == "runs", on_run=on_run, sink=give)
+    collector = Collector(job, len(planned), group, keep=keep, on_run=on_run, sink=give)
     if isinstance(runner, _LocalExecutor):
         runner.stop = lambda: collector.broken
-    await _collected(runner, spec, collector, job)
+    await _collected(runner, spec, collector)
     return job
 
 
 async def _collected(
-    runner: _LocalExecutor | RayExecutor, spec: RunSpec, collector: Collector, job: Job
+    runner: _LocalExecutor | RayExecutor, spec: RunSpec, collector: Collector
 ) -> None:
-    """Run `spec` with `collector` draining beside it; fill `job`, also on a failure."""
+    """Run `spec` with `collector` draining beside it; fill the job, also on a failure."""
     drain = asyncio.create_task(collector.drain())
     try:
         try:
@@ -152,8 +153,7 @@ async def _collected(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await drain
         await collector.give_up()
-        job.runs.extend(collector.runs())
-        job.summaries.extend(collector.summaries())
+        collector.fill()
 
 
 class _Expansion(Sequence[Planned]):

@@ -21,8 +21,8 @@ from .._loader import load_module, task_modules
 from ..records import Task
 
 if TYPE_CHECKING:
-    from ..agents import Agent
-    from ..engine import Job, RayExecutor, Timeouts
+    from ..agents import Agent, Run
+    from ..engine import Job, RayExecutor, RunSink, Timeouts
     from ..proxy import InterceptionProxy, ModelLimits
     from ..runtimes import RuntimeLike
 
@@ -236,13 +236,20 @@ class Taskset:
         limits: ModelLimits | None = None,
         executor: Literal["local", "ray"] | RayExecutor = "local",
         judge: InterceptionProxy | None = None,
+        keep: Literal["runs", "summaries", "none"] = "runs",
+        sink: RunSink | Callable[[Run], Any] | None = None,
     ) -> Job:
         """Run every row with `agent` and collect the results.
 
         A thin front for `proctor.engine.run_taskset`, which documents every option.
+        For a large job, `sink` (a callable, or an object with an async `add(run)`)
+        takes each run as its group ends, and `keep="summaries"` keeps a `RunSummary`
+        per run instead of the run, `keep="none"` nothing but the job's statistics:
+        memory then stays flat however many rollouts run.
 
         Returns:
-            The `Job`, holding one `Run` per row and group member.
+            The `Job`: its statistics, and with `keep="runs"` (the default, for reading
+            runs one by one) each `Run` and its summary, one per row and group member.
         """
         from ..engine import run_taskset  # on first run: reading rows needs no engine
 
@@ -258,6 +265,8 @@ class Taskset:
             limits=limits,
             executor=executor,
             judge=judge,
+            keep=keep,
+            sink=sink,
         )
 
 
