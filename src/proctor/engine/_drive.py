@@ -16,6 +16,7 @@ from .._errors import RemoteError, RolloutTimeout, RuntimeLaunchError, Substrate
 from ..agents import JudgeEndpoint, Run
 from ..channel import connect
 from ..records import RunError
+from ._deadline import Clock
 from ._timeouts import Timeouts
 from ._watch import SubstrateWatch
 
@@ -138,11 +139,12 @@ async def execute_run(
     """
     deadlines = Timeouts.of(timeout).for_row(run.task.runtime_config)
     runtime = runtime if runtime is not None else default_runtime()
-    phases = _Phases(run, observers)
+    phases = _Phases(run, observers, Clock(run, deadlines.shortest))
+    clock = phases.clock
     stack = AsyncExitStack()
     try:
         try:
-            async with _scope(deadlines.rollout, run):
+            with clock.scope(deadlines.rollout):
                 stack, died = await _launch(phases, runtime, deadlines, launch_retries, adopt)
                 await _act(phases, agent, deadlines, stack, proxy, limits, died)
                 await _grade(phases, deadlines, stack, judge, runtime)
@@ -150,7 +152,7 @@ async def execute_run(
             await _abandon(run, stack, deadlines.teardown)
             raise
         phases.enter("teardown")
-        async with _scope(deadlines.teardown, run):
+        with clock.scope(deadlines.teardown):
             await stack.aclose()
     except asyncio.CancelledError as exc:
         run.fail(run.phase, exc)
@@ -161,19 +163,22 @@ async def execute_run(
         run.fail(_phase_of(exc, run.phase), exc)
         log.debug("rollout %s failed in %s", run.slug, run.phase, exc_info=True)
     finally:
+        clock.close()
         run.client = None
         run.ended_at = time.time()
     return run
 
 
 class _Phases:
-    """Moves a run from phase to phase, telling its observers first."""
+    """Moves a run from phase to phase, telling its observers first; holds the clock
+    its deadlines run on."""
 
-    __slots__ = ("observers", "run")
+    __slots__ = ("clock", "observers", "run")
 
-    def __init__(self, run: Run, observers: Sequence[RolloutObserver]) -> None:
+    def __init__(self, run: Run, observers: Sequence[RolloutObserver], clock: Clock) -> None:
         self.run = run
         self.observers = observers
+        self.clock = clock
 
     def enter(self, phase: str) -> None:
         for observer in self.observers:
@@ -234,12 +239,12 @@ async def _provision(
     phases.enter("connecting")
     # The phase deadline names "connecting" when it fires; connect() also stops by
     # itself after ready_timeout, with a ConnectTimeout saying what it last saw.
-    async with _scope(limits.connect, run):
+    with phases.clock.scope(limits.connect):
         run.client = await stack.enter_async_context(
             connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
         )
     phases.enter("starting")
-    async with _scope(limits.start, run):
+    with phases.clock.scope(limits.start):
         await run.start()
     return endpoint.died
 
@@ -249,7 +254,7 @@ async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: Asyn
     if adopt.release is not None:
         stack.push_async_callback(adopt.release)
     phases.enter("connecting")
-    async with _scope(limits.connect, run):
+    with phases.clock.scope(limits.connect):
         run.client = await stack.enter_async_context(
             connect(
                 adopt.target,
@@ -281,8 +286,9 @@ async def _act(
         stack.callback(session.close)
     phases.enter("agent")
     try:
-        async with SubstrateWatch(run, died), _scope(limits.agent, run):
-            await agent(run)
+        async with SubstrateWatch(run, died):
+            with phases.clock.scope(limits.agent):
+                await agent(run)
     except SubstrateLost:
         raise
     except Exception as exc:
@@ -315,7 +321,7 @@ async def _grade(
     run = phases.run
     phases.enter("grading")
     with _judging(run, judge) if judge is not None else _UNLIMITED:
-        async with _scope(limits.grade, run):
+        with phases.clock.scope(limits.grade):
             await run.submit()
         if run.task.verifier is not None:
             await _verify(phases, run.task.verifier, limits, stack, runtime)
@@ -352,11 +358,11 @@ async def _verify(
     client = run.client
     if client is None or verifier.env != run.task.env or verifier.runtime_config is not None:
         endpoint = await stack.enter_async_context(runtime(verifier))
-        async with _scope(limits.connect, run):
+        with phases.clock.scope(limits.connect):
             client = await stack.enter_async_context(
                 connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
             )
-    async with _scope(limits.grade, run):
+    with phases.clock.scope(limits.grade):
         await run.verify(client)
 
 
@@ -387,42 +393,6 @@ async def _abandon(run: Run, stack: AsyncExitStack, limit: float) -> None:
                 await stack.aclose()
         except Exception as exc:  # TimeoutError included
             log.debug("teardown of failed rollout %s also failed: %r", run.slug, exc)
-
-
-def _scope(limit: float | None, run: Run) -> contextlib.AbstractAsyncContextManager[None]:
-    """A deadline that, when it fires, names the phase the run was in; no limit, no
-    scope (a shared no-op: a rollout enters several unlimited phases).
-
-    Only this deadline becomes `RolloutTimeout`: a `TimeoutError` raised inside (an
-    agent's own, `ConnectTimeout`, an inner scope's) passes through unchanged.
-    """
-    return _UNLIMITED if limit is None else _Deadline(limit, run)
-
-
-class _Deadline:
-    """`_scope` with a limit: an `asyncio.timeout` whose expiry names the phase."""
-
-    __slots__ = ("limit", "run", "timeout")
-
-    def __init__(self, limit: float, run: Run) -> None:
-        self.limit = limit
-        self.run = run
-        self.timeout = asyncio.timeout(limit)
-
-    async def __aenter__(self) -> None:
-        await self.timeout.__aenter__()
-
-    async def __aexit__(
-        self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        try:
-            await self.timeout.__aexit__(typ, exc, tb)
-        except TimeoutError:
-            if not self.timeout.expired():
-                raise
-            raise RolloutTimeout(self.run.phase, self.limit) from None
-        if typ is not None and issubclass(typ, TimeoutError) and self.timeout.expired():
-            raise RolloutTimeout(self.run.phase, self.limit) from None
 
 
 _UNLIMITED = contextlib.nullcontext()

@@ -54,6 +54,15 @@ class Timeouts:
             if math.isnan(value) or value < 0:
                 raise ValueError(f"Timeouts.{f.name} must be >= 0 seconds, not {value!r}")
 
+    @property
+    def shortest(self) -> float:
+        """The smallest limit of all (connect and teardown always have one)."""
+        least = min(self.connect, self.teardown)
+        for limit in (self.rollout, self.start, self.agent, self.grade):
+            if limit is not None and limit < least:
+                least = limit
+        return least
+
     @classmethod
     def bounded(cls) -> Timeouts:
         """Generous deadlines for every phase, `proctor run`'s defaults: `start` 5 min,

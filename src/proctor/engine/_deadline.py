@@ -1,0 +1,118 @@
+"""`Clock`: every deadline of one rollout on one timer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from typing import TYPE_CHECKING, Any
+
+from .._errors import RolloutTimeout
+
+if TYPE_CHECKING:
+    from ..agents import Run
+
+__all__ = ["Clock"]
+
+_UNLIMITED = contextlib.nullcontext()
+
+
+class Clock:
+    """One rollout's deadlines on one timer.
+
+    `scope(limit)` bounds what runs inside it (a phase, or the whole rollout) to `limit`
+    seconds; scopes nest. When a scope's deadline passes, the task is cancelled and the
+    scope raises `RolloutTimeout` naming the phase the run is in then; a `TimeoutError`
+    raised inside for any other reason passes through, and a cancellation from outside
+    as well wins.
+
+    The timer is armed once, at the soonest any scope could end (now plus `shortest`,
+    the smallest limit the rollout has), and re-armed only when it fires before a
+    deadline has passed: a rollout that ends sooner costs one timer, however many
+    scopes it entered.
+    """
+
+    __slots__ = ("due", "fired", "handle", "run", "shortest", "spans", "task")
+
+    def __init__(self, run: Run, shortest: float | None) -> None:
+        self.run = run
+        self.shortest = shortest
+        self.task: asyncio.Task[Any] | None = None
+        self.handle: asyncio.TimerHandle | None = None
+        self.due = math.inf  # when the armed timer fires
+        self.spans: list[_Span] = []
+        self.fired: _Span | None = None
+
+    def scope(self, limit: float | None) -> contextlib.AbstractContextManager[None]:
+        """A deadline `limit` seconds from entry; no limit, no scope."""
+        return _UNLIMITED if limit is None else _Span(self, limit)
+
+    def close(self) -> None:
+        """Stop the timer (the rollout is over)."""
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        self.due = when
+        self.handle = loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self.handle, self.due = None, math.inf
+        spans = self.spans
+        if not spans or self.task is None or self.task.done():
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        first = min(spans, key=_end)
+        if first.end <= now:
+            self.fired = first
+            self.task.cancel()
+            return
+        # early: wait for the nearest deadline, or sooner for a scope yet to begin
+        self._arm(loop, min(first.end, now + (self.shortest or math.inf)))
+
+
+class _Span:
+    """One scope of a `Clock`."""
+
+    __slots__ = ("cancelling", "clock", "end", "limit")
+
+    def __init__(self, clock: Clock, limit: float) -> None:
+        self.clock = clock
+        self.limit = limit
+        self.end = math.inf
+        self.cancelling = 0
+
+    def __enter__(self) -> None:
+        clock = self.clock
+        loop = asyncio.get_running_loop()
+        task = clock.task
+        if task is None:
+            clock.task = task = asyncio.current_task()
+            assert task is not None
+        self.cancelling = task.cancelling()
+        now = loop.time()
+        self.end = now + self.limit
+        clock.spans.append(self)
+        if self.end < clock.due:
+            # no timer yet, or one due after us: arm it at the soonest any scope can end
+            shortest = clock.shortest if clock.shortest is not None else self.limit
+            clock._arm(loop, min(self.end, now + shortest))
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        clock = self.clock
+        clock.spans.remove(self)
+        if clock.fired is not self:
+            return
+        clock.fired = None
+        assert clock.task is not None
+        mine = clock.task.uncancel() <= self.cancelling
+        if mine and typ is not None and issubclass(typ, asyncio.CancelledError | TimeoutError):
+            raise RolloutTimeout(clock.run.phase, self.limit) from None
+
+
+def _end(span: _Span) -> float:
+    return span.end
