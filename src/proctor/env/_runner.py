@@ -195,7 +195,7 @@ class TaskRunner:
             await _close(gen, self.task_id)
 
     def _normalize(self, value: Any) -> dict[str, Any]:
-        if isinstance(value, bool | int | float):
+        if isinstance(value, _NUMBER):
             return {"score": self._finite(value)}
         if isinstance(value, Grade):
             wire = value.to_wire()
@@ -216,7 +216,7 @@ class TaskRunner:
         )
 
     def _finite(self, score: Any) -> float:
-        if isinstance(score, bool | int | float):
+        if isinstance(score, _NUMBER):
             with contextlib.suppress(OverflowError):  # an int past float range
                 f = float(score)
                 if math.isfinite(f):
@@ -225,6 +225,7 @@ class TaskRunner:
 
 
 _ENDED: Any = object()  # the template ended without a second yield
+_NUMBER = (bool, int, float)  # a tuple: `bool | int | float` builds a union on every call
 
 _GRADE_KEYS = frozenset({"score", "subscores", "info", "content", "done", "isError"})
 
