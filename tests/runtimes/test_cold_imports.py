@@ -42,6 +42,8 @@ FORBIDDEN = (
     "proctor.env._mcp",
     "proctor.env._shell",
     "proctor.env._user",
+    "proctor.env._workspace",
+    "proctor.env._workspace_diff",
     "proctor.importers",
     "proctor.models",
     "proctor.proxy",

@@ -7,15 +7,17 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import TaskError
 from ..records import Grade
 from ._compose import compose, with_metrics
 from ._rewards import Context, Scorer
 from ._template import Template
-from ._workspace import Snapshot
-from ._workspace_diff import WorkspaceDiff, diff
+
+if TYPE_CHECKING:  # loaded only for a template that tracks a workspace (a cold child's start)
+    from ._workspace import Snapshot
+    from ._workspace_diff import WorkspaceDiff
 
 __all__ = ["TaskRunner"]
 
@@ -130,6 +132,8 @@ class TaskRunner:
             return None
         root, first = before
         after = await asyncio.to_thread(spec.snapshot, root, first)
+        from ._workspace_diff import diff
+
         self._ctx.values["workspace"] = found = diff(spec, root, first, after)
         return found
 
