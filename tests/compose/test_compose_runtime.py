@@ -1,0 +1,73 @@
+"""`ComposeRuntime`: the example through `rollout()`, labels, teardown, and a bring-up
+that fails half-way leaving nothing behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proctor import RuntimeLaunchError, rollout
+from proctor.records import Task
+from proctor.runtimes import ComposeRuntime
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compose"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
+
+
+def _labelled(kind: str, batch: str) -> list[str]:
+    argv = ["podman", *kind.split(), "-q", f"--filter=label=proctor.batch={batch}"]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+
+
+@pytest.fixture
+def example(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    import tasks
+
+    yield tasks
+    for name in ("tasks", "env"):
+        sys.modules.pop(name, None)
+
+
+async def test_a_rollout_runs_in_a_project_and_leaves_nothing(
+    image: str, options: dict[str, Any], example: Any
+) -> None:
+    runtime = ComposeRuntime(
+        EXAMPLE / "compose.yaml", "/app/env.py", variables={"PROCTOR_IMAGE": image}, **options
+    )
+    async with runtime:
+        row = next(iter(example.tasks))
+        async with runtime(row):  # up: two containers and a network, all labelled
+            assert len(_labelled("ps", runtime.batch)) == 2
+            assert len(_labelled("network ls", runtime.batch)) == 1
+        assert _labelled("ps -a", runtime.batch) == []
+        run = await rollout(row, example.clerk, runtime=runtime)
+        assert (run.status, run.grade and run.grade.reward) == ("completed", 1.0), run.error
+    assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []
+
+
+async def test_an_unhealthy_service_fails_provisioning_and_its_project_is_removed(
+    tmp_path: Path, image: str, options: dict[str, Any]
+) -> None:
+    (tmp_path / "compose.yaml").write_text(
+        f"""
+services:
+  db:
+    image: {image}
+    command: python -c "import time; time.sleep(60)"
+    healthcheck: {{test: [CMD, python, -c, "raise SystemExit(3)"], interval: 100ms, retries: 2}}
+  main:
+    image: {image}
+    depends_on: {{db: {{condition: service_healthy}}}}
+"""
+    )
+    runtime = ComposeRuntime(tmp_path / "compose.yaml", "/nowhere.py", **options)
+    row = Task(env="x", id="x", slug="x")
+    with pytest.raises(RuntimeLaunchError, match="service db unhealthy after 2 checks"):
+        async with runtime(row):
+            pass
+    assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []
