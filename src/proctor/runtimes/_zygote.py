@@ -33,10 +33,10 @@ import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._errors import ProctorError
+from .._loader import find_environment
 from ..serve import serve
 from ._fork import Announce, fork_watched, report, rollout_child, serve_requests
 from ._isolate import isolate_rollout, seal_rollout
-from ._local import find_environment
 
 if TYPE_CHECKING:
     from ..env import Environment
