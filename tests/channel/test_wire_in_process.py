@@ -102,3 +102,19 @@ async def test_an_in_process_call_runs_in_the_callers_task(server: EnvServer) ->
         assert client.manifest is not None and client.manifest.env_name == "wire-test"
         await client.start_task("where")
     assert seen == [asyncio.current_task()]
+
+
+async def test_a_call_cancelled_while_waiting_its_turn_passes_it_on(target, probe) -> None:
+    async with connect(target) as client:
+        start = asyncio.create_task(client.start_task("slow_start"))
+        await asyncio.wait_for(probe.entered.wait(), TIMEOUT)
+        second = asyncio.create_task(client.list_tasks())
+        third = asyncio.create_task(client.list_tasks())
+        await asyncio.sleep(0.01)
+        second.cancel()
+        probe.gate.set()
+        assert await start == {"prompt": "finally started"}
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert len(await third) > 3
+        assert await client.grade(None) == {"score": 1.0}  # the turn is free again

@@ -8,6 +8,7 @@ JSON as over a socket, with no frames, transport or task in between.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -83,7 +84,8 @@ class EnvClient(AsyncResource):
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._abandoned: set[int] = set()
         self._next_id = 0
-        self._lock = asyncio.Lock()
+        self._busy = False  # a call holds the turn (calls are served one at a time, in order)
+        self._queue: collections.deque[asyncio.Future[None]] | None = None  # waiting turns
         self._lost: Exception | None = None
         self._closed = False
         self._forwarders: dict[str, tuple[Capability, asyncio.Task[asyncio.Server]]] = {}
@@ -198,21 +200,57 @@ class EnvClient(AsyncResource):
             try:
                 if overtake:
                     return await self._here(method, params)
-                async with self._lock:
+                if self._busy:
+                    await self._wait_turn()
+                self._busy = True
+                try:
                     return await self._here(method, params)
+                finally:
+                    self._next_turn()
             except Refusal as exc:
                 refused = (exc.code, exc.message, exc.data)
             raise _refused(*refused)
         if overtake:
             msg = await self._roundtrip(method, params)
         else:
-            async with self._lock:
+            if self._busy:
+                await self._wait_turn()
+            self._busy = True
+            try:
                 msg = await self._roundtrip(method, params)
+            finally:
+                self._next_turn()
         if "error" in msg:
             raise _remote_error(msg["error"])
         if "result" not in msg:
             raise ProtocolError(f"{self.url}: {method} reply has neither result nor error")
         return msg["result"]
+
+    async def _wait_turn(self) -> None:
+        """Wait until the calls before ours are done; ours holds the turn then."""
+        fut = asyncio.get_running_loop().create_future()
+        if self._queue is None:
+            self._queue = collections.deque()
+        self._queue.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed the turn as we were cancelled
+                self._next_turn()
+            else:
+                with contextlib.suppress(ValueError):
+                    self._queue.remove(fut)
+            raise
+
+    def _next_turn(self) -> None:
+        """Pass the turn to the next waiting call, if any."""
+        queue = self._queue
+        while queue:
+            fut = queue.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._busy = False
 
     async def _call_object(
         self, method: str, params: dict[str, Any], *, overtake: bool = False
