@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._common import CLIError, run_async
 from ._run_rows import check_rows
@@ -21,9 +22,13 @@ if TYPE_CHECKING:
     from ..agents import Run
     from ..batch import Assignment
     from ..engine import Job, Planned
+    from ..records import Task
     from ._run_plan import RunPlan
 
 __all__ = ["Ended", "execute_plan"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(slots=True)
@@ -122,25 +127,53 @@ async def _rollouts(plan: RunPlan, writer: _Writer | None, ended: Ended) -> tupl
     return job, ended.wall
 
 
-def _slots(plan: RunPlan) -> tuple[list[Planned], list[Assignment]]:
+def _slots(plan: RunPlan) -> tuple[Sequence[Planned], Sequence[Assignment]]:
     """Every (row, repeat) in run order (a row's repeats share a group), and the
-    assignment its record gets."""
+    assignment its record gets; each made when asked for, so none lives for the run."""
     import uuid
 
     from ..batch import Assignment, rollout_id
     from ..engine import Planned
 
-    planned: list[Planned] = []
-    assignments: list[Assignment] = []
-    for task in plan.taskset:
-        gid = uuid.uuid4().hex
-        for repeat in range(1, plan.group + 1):
-            rid = rollout_id(task.slug, "agent", repeat)
-            planned.append(Planned(task, gid, trace_id=f"{rid}.1"))
-            assignments.append(
-                Assignment(rid, task.slug, plan.agent_label, plan.model, repeat, enabled=True)
-            )
-    return planned, assignments
+    rows = [(task, uuid.uuid4().hex) for task in plan.taskset]
+
+    def planned(row: tuple[Task, str], repeat: int) -> Planned:
+        task, gid = row
+        return Planned(task, gid, trace_id=f"{rollout_id(task.slug, 'agent', repeat)}.1")
+
+    def assignment(row: tuple[Task, str], repeat: int) -> Assignment:
+        slug = row[0].slug
+        rid = rollout_id(slug, "agent", repeat)
+        return Assignment(rid, slug, plan.agent_label, plan.model, repeat, enabled=True)
+
+    return _Repeats(rows, plan.group, planned), _Repeats(rows, plan.group, assignment)
+
+
+class _Repeats(Sequence[T]):
+    """`make(row, repeat)` for each row and each repeat from 1 to `group`, in that
+    order, made on demand."""
+
+    def __init__(self, rows: Sequence[R], group: int, make: Callable[[R, int], T]) -> None:
+        self._rows = rows
+        self._group = group
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self._rows) * self._group
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        row, k = divmod(i, self._group)
+        return self._make(self._rows[row], k + 1)
 
 
 def _meta(plan: RunPlan) -> dict[str, Any]:
