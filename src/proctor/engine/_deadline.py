@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from .._errors import RolloutTimeout
@@ -29,17 +30,18 @@ class Clock:
     The timer is armed once, at the soonest any scope could end (now plus `shortest`,
     the smallest limit the rollout has), and re-armed only when it fires before a
     deadline has passed: a rollout that ends sooner costs one timer, however many
-    scopes it entered.
+    scopes it entered. Timers are shared: the clocks due within the same `TICK` of a
+    loop ring together (so a deadline is met at most `TICK` late).
     """
 
-    __slots__ = ("due", "fired", "handle", "run", "shortest", "spans", "task")
+    __slots__ = ("due", "fired", "run", "shortest", "spans", "task", "ticker")
 
     def __init__(self, run: Run, shortest: float | None) -> None:
         self.run = run
         self.shortest = shortest
         self.task: asyncio.Task[Any] | None = None
-        self.handle: asyncio.TimerHandle | None = None
-        self.due = math.inf  # when the armed timer fires
+        self.due = math.inf  # the tick the clock is armed for
+        self.ticker: _Ticker | None = None
         self.spans: list[_Span] = []
         self.fired: _Span | None = None
 
@@ -49,18 +51,20 @@ class Clock:
 
     def close(self) -> None:
         """Stop the timer (the rollout is over)."""
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
+        if self.ticker is not None:
+            self.ticker.remove(self)
+            self.due = math.inf
 
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-        self.due = when
-        self.handle = loop.call_at(when, self._fire)
+        ticker = self.ticker
+        if ticker is None:
+            ticker = self.ticker = _ticker(loop)
+        else:
+            ticker.remove(self)
+        self.due = ticker.add(self, when)
 
     def _fire(self) -> None:
-        self.handle, self.due = None, math.inf
+        self.due = math.inf
         spans = self.spans
         if not spans or self.task is None or self.task.done():
             return
@@ -116,3 +120,48 @@ class _Span:
 
 def _end(span: _Span) -> float:
     return span.end
+
+
+TICK = 1 / 32
+"""Seconds by which the deadlines of a loop are grouped onto shared timers."""
+
+
+class _Ticker:
+    """One loop's armed clocks by the tick they are due at, one timer per tick."""
+
+    __slots__ = ("loop", "ticks")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.ticks: dict[float, set[Clock]] = {}
+
+    def add(self, clock: Clock, when: float) -> float:
+        """Arm `clock` at the first tick at or after `when`; that tick."""
+        due = math.ceil(when / TICK) * TICK
+        clocks = self.ticks.get(due)
+        if clocks is None:
+            clocks = self.ticks[due] = set()
+            self.loop.call_at(due, self._ring, due)
+        clocks.add(clock)
+        return due
+
+    def remove(self, clock: Clock) -> None:
+        clocks = self.ticks.get(clock.due)
+        if clocks is not None:
+            clocks.discard(clock)
+
+    def _ring(self, due: float) -> None:
+        for clock in self.ticks.pop(due, ()):
+            clock._fire()
+
+
+def _ticker(loop: asyncio.AbstractEventLoop) -> _Ticker:
+    ticker = _TICKERS.get(loop)
+    if ticker is None:
+        ticker = _TICKERS[loop] = _Ticker(loop)
+    return ticker
+
+
+_TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticker] = (
+    weakref.WeakKeyDictionary()
+)
