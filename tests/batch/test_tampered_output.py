@@ -20,6 +20,7 @@ from exec_env import BROKEN, ROWS, config, workspace, write_config
 
 from _support.waiting import until
 from proctor.batch import aexecute, count_rollouts, execute, list_rollouts, read_events
+from proctor.store import locate_record, read_record
 
 PROCTOR = str(Path(sys.executable).with_name("proctor"))
 SLOW = "echo-hi--blocker--r1"  # third in plan order: still queued when the batch stops
@@ -69,7 +70,20 @@ async def stopped_batch(tmp_path: Path) -> Path:
 
 
 def record_of(out: Path, rid: str) -> dict[str, Any]:
-    return json.loads((out / "rollouts" / f"{rid}.json").read_bytes())
+    return read_record(out, rid)
+
+
+def append_line(out: Path, record: dict[str, Any]) -> None:
+    """A record line added to the segment behind the runner's back (no event)."""
+    with open(out / "rollouts" / "segment-000.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def line_at(out: Path, where: list[int]) -> dict[str, Any]:
+    segment, offset, length = where
+    with open(out / "rollouts" / f"segment-{segment:03d}.jsonl", "rb") as f:
+        f.seek(offset)
+        return json.loads(f.read(length))
 
 
 async def test_a_forged_record_of_a_rollout_that_never_began_is_refused_and_run(
@@ -81,19 +95,18 @@ async def test_a_forged_record_of_a_rollout_that_never_began_is_refused_and_run(
         "attempt": 1, "status": "completed", "phase": "done", "reward": 1.0,
         "started_at": 1.0, "ended_at": 2.0, "answer": "forged",
     }  # fmt: skip
-    (out / "rollouts" / f"{SLOW}.json").write_text(json.dumps(forged) + "\n")
+    append_line(out, forged)
     (tmp_path / "gate").write_text("open")
 
     proc = cli("batch", "--resume", str(out), "--quiet", check=1)  # one stays interrupted
-    assert f"refused rollouts/{SLOW}.json" in proc.stderr
+    assert f"refused the record of {SLOW} at rollouts/segment-000.jsonl" in proc.stderr
     assert "never began" in proc.stderr
     assert json.loads(proc.stdout)["ran"] == 2  # the forged one ran for real
     assert (tmp_path / f"started-{SLOW.split('--')[0]}").exists()
     assert record_of(out, SLOW)["answer"] == "hi" and record_of(out, SLOW)["started_at"] > 2.0
     [refused] = events(out, "refused")
     assert refused["id"] == SLOW and refused["claimed"]["status"] == "completed"
-    moved = out / refused["moved_to"]
-    assert json.loads(moved.read_bytes())["answer"] == "forged"
+    assert line_at(out, refused["record"])["answer"] == "forged"  # there, never indexed
     assert count_rollouts(out) == {"completed": 2, "interrupted": 1}
 
 
@@ -105,12 +118,15 @@ def test_a_record_of_another_attempt_is_refused(tmp_path: Path) -> None:
     with open(out / "events.jsonl", "a") as f:
         f.write(json.dumps({"t": 3.0, "type": "rollout", "id": rid, "status": "running"}) + "\n")
     forged = {**record_of(out, rid), "attempt": 2, "status": "completed", "reward": 1.0}
-    (out / "rollouts" / f"{rid}.json").write_text(json.dumps(forged) + "\n")
+    append_line(out, forged)
 
-    proc = cli("batch", "--resume", str(out), "--quiet", check=1)
-    assert f"refused rollouts/{rid}.json" in proc.stderr and "attempt 2" in proc.stderr
+    proc = cli("batch", "--resume", str(out), "--quiet")
+    assert f"refused the record of {rid}" in proc.stderr and "attempt 2" in proc.stderr
     rows = {r["id"]: r for r in list_rollouts(out)}
-    assert rows[rid]["status"] == "interrupted" and rows[rid]["attempt"] == row["attempt"]
+    # The forged line was appended beside the real one, which still stands: the row is
+    # corrected to it (a record file replaced by the forgery was lost: interrupted).
+    assert rows[rid]["status"] == "completed" and rows[rid]["attempt"] == row["attempt"]
+    assert record_of(out, rid)["attempt"] == 1
 
 
 def test_the_report_shows_what_the_events_witness_not_what_a_record_claims(
@@ -121,7 +137,15 @@ def test_the_report_shows_what_the_events_witness_not_what_a_record_claims(
     execute(write_config(tmp_path, config(runtime=RUNTIME, expected_rollouts=4)), out)
     rid = "broken--solver--r1"
     forged = {**record_of(out, rid), "status": "completed", "reward": 1.0, "error": None}
-    (out / "rollouts" / f"{rid}.json").write_text(json.dumps(forged) + "\n")
+    where = locate_record(out, rid)
+    assert where is not None
+    name, offset, length = where
+    line = json.dumps(forged).encode()
+    assert len(line) < length
+    with open(out / "rollouts" / name, "r+b") as f:  # rewritten in place, padded
+        f.seek(offset)
+        f.write(line.ljust(length - 1) + b"\n")
+    assert record_of(out, rid)["reward"] == 1.0
 
     doc = json.loads(cli("batch", "report", str(out), "--json").stdout)
     assert doc["totals"]["by_status"]["failed"] == 1 and doc["totals"]["graded"] == 3
@@ -170,17 +194,19 @@ def test_a_corrupt_index_without_its_event_log_is_one_clear_error(tmp_path: Path
 
 def test_a_record_cut_short_is_recovered_and_said(tmp_path: Path) -> None:
     out = completed_batch(tmp_path)
-    rid = "echo-hi--solver--r1"
-    path = out / "rollouts" / f"{rid}.json"
+    path = out / "rollouts" / "segment-000.jsonl"
     data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
+    rid = json.loads(data.splitlines()[-1])["id"]  # the last record written
+    where = locate_record(out, rid)
+    assert where is not None
+    path.write_bytes(data[: where[1] + where[2] // 2])  # a machine crash took the tail
 
     proc = cli("batch", "--resume", str(out), "--quiet", check=1)
-    assert f"rollouts/{rid}.json is not a JSON object" in proc.stderr
-    [ev] = [e for e in events(out, "recovered") if e.get("id") == rid]
-    assert (
-        ev["was"] == "completed" and (out / ev["moved_to"]).read_bytes() == data[: len(data) // 2]
+    assert f"the record of {rid} at rollouts/segment-000.jsonl:{where[1]} is missing" in (
+        proc.stderr
     )
+    [ev] = [e for e in events(out, "recovered") if e.get("id") == rid]
+    assert ev["was"] == "completed" and ev["record"] == [0, *where[1:]]
     rec = record_of(out, rid)
     assert rec["status"] == "interrupted" and rec["error"]["type"] == "RecordLost"
     assert rec["reward"] is None

@@ -47,8 +47,13 @@ def test_lists_every_rollout(record: Path) -> None:
     assert len(as_json["rollouts"]) == 12
 
 
+def _ids(record: Path, prefix: str) -> list[str]:
+    rows = json.loads(proctor("show", record, "--json").stdout)["rollouts"]
+    return [r["id"] for r in rows if r["id"].startswith(prefix)]
+
+
 def test_one_rollout_reads_as_a_transcript(record: Path) -> None:
-    rollout = next(p for p in (record / "rollouts").glob("reverse-*.json"))
+    rollout = record / "rollouts" / f"{_ids(record, 'reverse-')[0]}.json"  # (its name)
     by_id = proctor("show", record, rollout.stem)
     by_file = proctor("show", rollout)
     assert by_id.returncode == 0, by_id.stderr
@@ -64,8 +69,8 @@ def test_one_rollout_reads_as_a_transcript(record: Path) -> None:
 
 
 def test_a_failed_rollout_shows_its_error(record: Path) -> None:
-    failed = next(p for p in (record / "rollouts").glob("sum-*.json"))
-    text = proctor("show", record, failed.stem[:12]).stdout
+    failed = _ids(record, "sum-")[0]
+    text = proctor("show", record, failed[:12]).stdout
     assert "status failed (phase agent)" in text
     assert "-- error\n[agent] RuntimeError: cannot add" in text
 

@@ -67,7 +67,8 @@ class Recording:
 
     def phase_changed(self, run: Run, phase: str) -> None:
         """The rollout's driver moves it to `phase` (a `RolloutObserver`)."""
-        self.rec.update(write=False, phase=phase)
+        if self.rec.record.get("phase") != phase:  # (begin said `provisioning` already)
+            self.rec.update(write=False, phase=phase)
         state = state_of(phase)
         if state != self.state:
             self.tally.move(self.state, state)

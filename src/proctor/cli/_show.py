@@ -29,7 +29,9 @@ def _locate(record: str, rollout: str | None) -> tuple[str, str | None]:
         CLIError: RECORD is neither an output directory nor a rollout's record file.
     """
     path = Path(record)
-    if path.is_file() and path.suffix == ".json" and path.parent.name == "rollouts":
+    named = path.suffix == ".json" and path.parent.name == "rollouts"
+    if named and (path.is_file() or (path.parent.parent / "batch.json").is_file()):
+        # (a record file in layout 1; in layout 2 the name stands for its segment line)
         if rollout is not None:
             raise CLIError(f"{record} names a rollout already; drop {rollout!r}")
         return str(path.parent.parent), path.stem

@@ -73,6 +73,9 @@ class Journal:
         self._witnessed = _index.get_records_end(self._db)
         self._reader: sqlite3.Connection | None = None
         self._reader_lock = threading.Lock()
+        # The rollouts given a record by this writer: in a directory it created, no
+        # other rollout has one, so a recorder asks the index only about these.
+        self._written: set[str] = set()
         self._reopened = False
 
     def event(self, type: str, **data: Any) -> None:
@@ -118,6 +121,7 @@ class Journal:
                 self._dirty = True
             self._events_size += len(line)
             self._witnessed = self._segments.end
+            self._written.add(rid)
             pending = self._pending.setdefault(rid, {})
             pending.update(indexed)
             pending.update(_index.location_fields(where))
@@ -125,10 +129,12 @@ class Journal:
     def _load_record(self, rid: str, legacy: str) -> tuple[dict[str, Any], bool]:
         """The rollout's current record ({} when none) and whether it came from its own
         file `legacy` (the layout before segments)."""
+        if not self._reopened and rid not in self._written:
+            return {}, False  # (a directory this writer created has no record files)
         where = self._location(rid)
         if where is not None:
             return read_line(self._rollouts, where, rid) or {}, False
-        record = load_record(legacy)
+        record = load_record(legacy) if self._reopened else {}
         return record, bool(record)
 
     def _location(self, rid: str) -> tuple[int, int, int] | None:

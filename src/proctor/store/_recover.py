@@ -182,7 +182,7 @@ def check_records(store: Journal, warn: Warn) -> None:
     refused = _Findings(warn, "records refused")
     lost = _Findings(warn, "unreadable records")
     _check_tail(store, status, refused)
-    _check_indexed(store, lost)
+    _check_indexed(store, lost, refused)
     located = {
         rid
         for (rid,) in store._db.execute("SELECT id FROM rollouts WHERE record_segment IS NOT NULL")
@@ -273,9 +273,11 @@ def _unwitnessed(
     )
 
 
-def _check_indexed(store: Journal, lost: _Findings) -> None:
+def _check_indexed(store: Journal, lost: _Findings, refused: _Findings) -> None:
     """Every indexed segment record still there: an ended one ends whole (two bytes),
-    an unfinished one parses as its rollout's record."""
+    an unfinished one parses as its rollout's record and is held against its row, as
+    a record file is (refused when the events do not back it, else the row corrected
+    to it when they differ)."""
     cols = ", ".join(("id", "status", *_index.LOCATION))
     rows = store._db.execute(
         f"SELECT {cols} FROM rollouts WHERE record_segment IS NOT NULL ORDER BY record_segment"
@@ -289,13 +291,49 @@ def _check_indexed(store: Journal, lost: _Findings) -> None:
             if status in _index.ENDED and fd >= 0 and offset + length <= size:
                 if os.pread(fd, 1, offset) + os.pread(fd, 1, offset + length - 1) == b"{\n":
                     continue
-            elif read_line(store._rollouts, (segment, offset, length), rid) is not None:
+            elif (record := read_line(store._rollouts, (segment, offset, length), rid)) is not None:
+                _hold(store, _row(store._db, rid), record, [segment, offset, length], refused)
                 continue
             _lost_line(store, _row(store._db, rid), [segment, offset, length], lost)
     finally:
         for fd, _ in fds.values():
             if fd >= 0:
                 os.close(fd)
+
+
+def _hold(
+    store: Journal,
+    row: dict[str, Any],
+    record: dict[str, Any],
+    where: list[int],
+    refused: _Findings,
+) -> None:
+    """An indexed record of an unfinished rollout against its row (see `_unbacked`)."""
+    rid = row["id"]
+    if (why := _unbacked(row, record)) is not None:
+        file = f"rollouts/{segment_name(where[0])}"
+        claimed = {k: record.get(k) for k in ("status", "attempt", "reward")}
+        store._append_events(
+            store._encode(
+                {
+                    "t": time.time(),
+                    "type": "refused",
+                    "id": rid,
+                    "file": file,
+                    "record": where,
+                    "claimed": claimed,
+                    "reason": why,
+                }
+            ),
+            {rid: _index.location_fields(None)},
+        )
+        refused.add(
+            f"{store.path}: refused the record of {rid} at {file}:{where[1]} (claims "
+            f"{claimed['status']}, reward {claimed['reward']!r}): {why}; no longer indexed, "
+            f"the rollout stays {row['status']}"
+        )
+    elif record.get("status") != row["status"]:
+        _correct(store, rid, record, where)
 
 
 def _open_segment(rollouts: str, n: int) -> tuple[int, int]:
