@@ -73,7 +73,7 @@ services:
             "services.main.volumes[0]: 'data' is a named",
         ),
         ("services: {main: {image: x, volumes: ['../..:/d']}}", "is outside the project's folder"),
-        ("services: {main: {}}", "services.main: needs an image or a build"),
+        ("services: {main: {image: x}, db: {}}", "services.db: needs an image or a build"),
         ("services: {db: {image: x}}", "services: no 'main' service"),
         (
             "services: {main: {image: x, depends_on: [db]}}",

@@ -5,7 +5,8 @@ A task directory holds `task.toml`, `instruction.md`, `environment/Dockerfile`,
 `harbor` environment (`_harbor_env.py`): the instruction is the prompt, the test and
 solution files travel in the row's args (the container gets them only when grading,
 or when running the reference solution), and `runtime_config` names the environment
-folder `HarborRuntime` builds the image from, with the task's resources and deadlines.
+folder `HarborRuntime` builds the image from (and its Compose file, when it ships one),
+with the task's resources and deadlines.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from ..records import Task
 from ._folder_files import folder_files, read_file, read_text
 from ._harbor_toml import HarborConfig, read_config
 
-__all__ = ["HARBOR_ENV", "harbor_tasks", "is_harbor_task", "task_dirs"]
+__all__ = ["COMPOSE_FILES", "HARBOR_ENV", "harbor_tasks", "is_harbor_task", "task_dirs"]
 
 HARBOR_ENV = "harbor"
 """The environment (and template id) every Harbor row names."""
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+"""The names of a Compose file in a task's `environment/`, first found first."""
 
 
 def is_harbor_task(path: Path) -> bool:
@@ -98,6 +101,16 @@ def _runtime_config(folder: Path, config: HarborConfig) -> dict[str, Any]:
     }
     if config.docker_image:
         harbor["docker_image"] = config.docker_image
+    compose = next(
+        (
+            folder / "environment" / n
+            for n in COMPOSE_FILES
+            if (folder / "environment" / n).is_file()
+        ),
+        None,
+    )
+    if compose is not None:
+        harbor["compose"] = str(compose)
     resources: dict[str, Any] = {}
     if config.cpus is not None:
         resources["cpus"] = config.cpus

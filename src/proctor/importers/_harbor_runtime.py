@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError
-from ..runtimes import Endpoint, Runtime
+from ..runtimes import ComposeRuntime, Endpoint, Runtime
 from ..runtimes._container import SOCKET, ContainerRuntime, Engine, resolve_engine
 from ._harbor_image import build_harbor_image
 
@@ -43,7 +43,10 @@ class HarborRuntime(Runtime):
     `ContainerRuntime` (no network by default, removed at teardown), with the
     capabilities Harbor's Docker containers have (`CAPABILITIES`) and no others. A
     row's `runtime_config["resources"]` (from `task.toml`'s `cpus` and `memory_mb`)
-    limits its container.
+    limits its container. A task whose `environment/` ships a Compose file
+    (`docker-compose.yaml`, ...) runs in a project of its own through `ComposeRuntime`
+    instead: its `main` service in the task image, the other services as the file
+    says, all on an internal network (docs/compose.md).
 
     Args:
         engine: "podman" or "docker"; default: podman if installed, else docker.
@@ -87,6 +90,7 @@ class HarborRuntime(Runtime):
             "stop_timeout": stop_timeout,
         }
         self._runtimes: dict[str, ContainerRuntime] = {}
+        self._compose: ComposeRuntime | None = None
         self._images: dict[tuple[str, str | None], str] = {}
         self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
 
@@ -122,6 +126,9 @@ class HarborRuntime(Runtime):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._compose is not None:  # its containers and networks: one batch label
+            await self._compose.reconcile()
+            return
         for runtime in list(self._runtimes.values())[:1]:  # one batch label for all
             await runtime.reconcile()
 
@@ -147,9 +154,27 @@ class HarborRuntime(Runtime):
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
         config = {**(task.runtime_config or {}), "image": await self.image(task)}
-        containers = self._containers(self.network_of(task))
-        async with containers(task.model_copy(update={"runtime_config": config})) as end:
+        compose = _harbor_config(task).get("compose")
+        if compose:
+            runtime: Runtime = self._projects()
+            config["compose"] = compose
+        else:
+            runtime = self._containers(self.network_of(task))
+        async with runtime(task.model_copy(update={"runtime_config": config})) as end:
             yield end
+
+    def _projects(self) -> ComposeRuntime:
+        """The `ComposeRuntime` of rows with a Compose file (their projects' networks
+        are internal: `internet` does not apply)."""
+        if self._compose is None:
+            options = self._options
+            self._compose = ComposeRuntime(
+                command=_command("none"), engine=options["engine"],
+                capabilities=CAPABILITIES, batch=options["batch"],
+                oci_runtime=self.oci_runtime, startup_timeout=options["startup_timeout"],
+                stop_timeout=options["stop_timeout"],
+            )  # fmt: skip
+        return self._compose
 
 
 def _harbor_config(task: Task) -> Mapping[str, Any]:

@@ -184,7 +184,13 @@ class ComposeRuntime(Runtime, AsyncResource):
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
         file = self.compose_file(task)
+        main_service = file.services[file.main]
         own_image = "image" in (task.runtime_config or {})
+        if not own_image and main_service.image is None and main_service.build_context is None:
+            raise RuntimeLaunchError(
+                f"{file.path}: service {file.main!r} has no image: give it one, or the task"
+                " a runtime_config['image']"
+            )
         images = {
             name: await self._builder.image(service)
             for name, service in file.services.items()

@@ -180,14 +180,15 @@ def parse_compose(
     for name, body in raw.items():
         if not isinstance(name, str) or not _SERVICE_NAME.match(name):
             raise _Problem(f"services.{name}", "a service name is letters, digits, '_.-'")
-        services[name] = _service(name, body, file.parent, notes)
+        services[name] = _service(name, body, file.parent, notes, main=name == main)
     if main not in services:
         raise _Problem("services", f"no {main!r} service (the one that serves the environment)")
     order = _order(services, main)
     return ComposeFile(str(file), main, services, order, tuple(notes))
 
 
-def _service(name: str, body: Any, folder: Path, notes: list[str]) -> Service:
+def _service(name: str, body: Any, folder: Path, notes: list[str], *, main: bool) -> Service:
+    """One service, checked (`main` may leave its image to the runtime or the task)."""
     at = f"services.{name}"
     if body is None:
         body = {}
@@ -226,7 +227,7 @@ def _service(name: str, body: Any, folder: Path, notes: list[str]) -> Service:
             fields["stop_grace_period"] = _duration(value, where)
         else:  # working_dir, user, stop_signal
             fields[key] = _string(value, where)
-    if fields.get("image") is None and fields.get("build_context") is None:
+    if fields.get("image") is None and fields.get("build_context") is None and not main:
         raise _Problem(at, "needs an image or a build")
     if fields.get("working_dir") and not fields["working_dir"].startswith("/"):
         raise _Problem(f"{at}.working_dir", "must be an absolute path")
