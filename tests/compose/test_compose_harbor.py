@@ -17,7 +17,6 @@ from proctor.importers import HarborRuntime, harbor_tasks
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compose"
 TASK = EXAMPLE / "stock-task"
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +42,8 @@ def test_a_harbor_row_names_its_compose_file() -> None:
     )
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 async def test_the_grader_queries_the_database_service(base: str, options: dict[str, Any]) -> None:
     class Agent:
         def __init__(self, command: str) -> None:
@@ -74,6 +75,8 @@ async def solve(run):
 """
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_proctor_run_and_validate_take_the_task(base: str, tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text(AGENT % str(TASK / "solution" / "solve.sh"))
     conf = tmp_path / "containers.conf"  # crun fails on these hosts' cgroups

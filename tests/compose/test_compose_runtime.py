@@ -3,6 +3,7 @@ that fails half-way leaving nothing behind."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,27 @@ from proctor.runtimes import ComposeRuntime
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compose"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
+
+
+_REACH = """
+import socket
+try:
+    socket.create_connection(("%s", 8080), timeout=3).close()
+    print("reached")
+except OSError:
+    print("unreachable")
+"""
+
+
+def _exec(container: str, code: str) -> str:
+    argv = ["podman", "exec", container, "python", "-c", code]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def _inspect(kind: str, name: str) -> dict[str, Any]:
+    argv = ["podman", kind, "inspect", name]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]  # type: ignore[no-any-return]
 
 
 def _labelled(kind: str, batch: str) -> list[str]:
@@ -42,8 +64,20 @@ async def test_a_rollout_runs_in_a_project_and_leaves_nothing(
     async with runtime:
         row = next(iter(example.tasks))
         async with runtime(row):  # up: two containers and a network, all labelled
-            assert len(_labelled("ps", runtime.batch)) == 2
-            assert len(_labelled("network ls", runtime.batch)) == 1
+            containers = _labelled("ps", runtime.batch)
+            assert len(containers) == 2
+            (network,) = _labelled("network ls", runtime.batch)
+            for container in containers:  # by name on the network, and no route out
+                assert _exec(container, _REACH % "db") == "reached"
+                assert _exec(container, _REACH % "10.0.2.2") == "unreachable"
+                assert _exec(container, _REACH % "1.1.1.1") == "unreachable"
+            info = _inspect("network", network)
+            assert info["internal"] is True
+            rollout_id = info["labels"]["proctor.rollout"]
+            for container in containers:
+                assert _inspect("container", container)["Config"]["Labels"]["proctor.rollout"] == (
+                    rollout_id
+                )
         assert _labelled("ps -a", runtime.batch) == []
         run = await rollout(row, example.clerk, runtime=runtime)
         assert (run.status, run.grade and run.grade.reward) == ("completed", 1.0), run.error
