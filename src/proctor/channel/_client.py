@@ -668,6 +668,20 @@ class _Connecting:
         self.client: EnvClient | None = None
 
     async def __aenter__(self) -> EnvClient:
+        target, _, token, session_id, resume_token = self.args
+        if not isinstance(target, str):
+            await asyncio.sleep(0)  # connecting yields to the loop once, as a socket's would
+            if not target.closed:  # in process: no wire, no wait
+                client = EnvClient(target.dial_memory, f"memory://{target.env.name}", token=token)
+                client._attach(target)
+                if session_id is not None or resume_token is not None:
+                    try:
+                        await client.hello(session_id, resume_token)
+                    except BaseException:
+                        await client.aclose()
+                        raise
+                self.client = client
+                return client
         self.client = await _connect_ready(*self.args)
         return self.client
 
@@ -684,18 +698,6 @@ async def _connect_ready(
     session_id: str | None,
     resume_token: str | None = None,
 ) -> EnvClient:
-    if not isinstance(target, str):
-        await asyncio.sleep(0)  # connecting yields to the loop once, as a socket's would
-    if not isinstance(target, str) and not target.closed:  # in process: no wire, no wait
-        client = EnvClient(target.dial_memory, f"memory://{target.env.name}", token=token)
-        client._attach(target)
-        if session_id is not None or resume_token is not None:
-            try:
-                await client.hello(session_id, resume_token)
-            except BaseException:
-                await client.aclose()
-                raise
-        return client
     dial, url = dialer_for(target)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ready_timeout

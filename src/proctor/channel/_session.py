@@ -305,7 +305,23 @@ class _Session:
         self.request_bytes = size
         out = self._dispatch(_NOTIFY, method, params)
         if type(out) is CoroutineType:
-            out = await self._direct_call(out, method in _CONTROL)
+            task = asyncio.current_task()
+            assert task is not None
+            self.call = here = DirectCall(task)
+            self.call_rid = _BUSY_CONTROL if method in _CONTROL else _NOTIFY
+            try:
+                out = await out
+            except asyncio.CancelledError:
+                reason = here.reason
+                if reason is not None and task.uncancel() == 0:
+                    raise reason from None
+                raise
+            finally:
+                here.finish()
+                if self.call is here:
+                    self.call = None
+            if here.reason is not None:  # the call swallowed its interruption
+                task.uncancel()
         try:
             data = encode(out)
         except TypeError as exc:
@@ -316,26 +332,6 @@ class _Session:
         if method == "bye":
             self.conn.close()
         return data
-
-    async def _direct_call(self, call: Coroutine[Any, Any, Any], control: bool) -> Any:
-        task = asyncio.current_task()
-        assert task is not None
-        self.call = here = DirectCall(task)
-        self.call_rid = _BUSY_CONTROL if control else _NOTIFY
-        try:
-            result = await call
-        except asyncio.CancelledError:
-            reason = here.reason
-            if reason is not None and task.uncancel() == 0:
-                raise reason from None
-            raise
-        finally:
-            here.finish()
-            if self.call is here:
-                self.call = None
-        if here.reason is not None:  # the call swallowed its interruption
-            task.uncancel()
-        return result
 
     # -- methods --------------------------------------------------------------------
 

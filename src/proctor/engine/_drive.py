@@ -141,15 +141,16 @@ async def execute_run(
     runtime = runtime if runtime is not None else default_runtime()
     phases = _Phases(run, observers, Clock(run, deadlines.shortest))
     clock = phases.clock
-    stack = AsyncExitStack()
+    live: AsyncExitStack | None = None  # a launch that fails unwinds its own
     try:
         try:
             with clock.scope(deadlines.rollout):
                 stack, died = await _launch(phases, runtime, deadlines, launch_retries, adopt)
+                live = stack
                 await _act(phases, agent, deadlines, stack, proxy, limits, died)
                 await _grade(phases, deadlines, stack, judge, runtime)
         except BaseException:
-            await _abandon(run, stack, deadlines.teardown)
+            await _abandon(run, live, deadlines.teardown)
             raise
         phases.enter("teardown")
         with clock.scope(deadlines.teardown):
@@ -376,7 +377,7 @@ def _phase_of(exc: Exception, phase: str) -> str:
     return phase
 
 
-async def _abandon(run: Run, stack: AsyncExitStack, limit: float) -> None:
+async def _abandon(run: Run, stack: AsyncExitStack | None, limit: float) -> None:
     """Unwind a failed or cancelled rollout; never raises (the first failure wins).
 
     The task is cancelled explicitly: a dropped connection would only park it, and a
@@ -389,8 +390,9 @@ async def _abandon(run: Run, stack: AsyncExitStack, limit: float) -> None:
                     await run.client.cancel()
     finally:  # even if a second cancellation lands above, the substrate is stopped
         try:
-            async with asyncio.timeout(limit):
-                await stack.aclose()
+            if stack is not None:
+                async with asyncio.timeout(limit):
+                    await stack.aclose()
         except Exception as exc:  # TimeoutError included
             log.debug("teardown of failed rollout %s also failed: %r", run.slug, exc)
 

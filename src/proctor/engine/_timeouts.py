@@ -75,7 +75,9 @@ class Timeouts:
         """These deadlines, tightened by a row's own: `runtime_config["timeouts"]`
         (`start`, `agent`, `grade` in seconds, e.g. from a Harbor `task.toml`); each is
         the smaller of the two. Anything else there is ignored."""
-        own = (runtime_config or {}).get("timeouts")
+        if not runtime_config:
+            return self
+        own = runtime_config.get("timeouts")
         if not isinstance(own, Mapping):
             return self
         tighter = {}

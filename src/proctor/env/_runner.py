@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import AsyncGenerator
@@ -221,8 +220,11 @@ class TaskRunner:
 
     def _finite(self, score: Any) -> float:
         if isinstance(score, _NUMBER):
-            with contextlib.suppress(OverflowError):  # an int past float range
+            try:
                 f = float(score)
+            except OverflowError:  # an int past float range
+                pass
+            else:
                 if math.isfinite(f):
                     return f
         raise TaskError(f"{self.task_id}: score must be a finite number; got {score!r:.80}")

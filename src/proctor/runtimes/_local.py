@@ -45,6 +45,7 @@ class LocalRuntime(Runtime):
         self._park_ttl = park_ttl
         self._env: Environment | None = None
         self._server: EnvServer | None = None
+        self._endpoint: Endpoint | None = None  # the server's, shared by every lease
         self._token: str | None = None
         self._users = 0
         self._lock: asyncio.Lock | None = None
@@ -63,11 +64,12 @@ class LocalRuntime(Runtime):
     async def __aexit__(self, *exc: object) -> None:
         await self._release()
 
-    async def _acquire(self, env_name: str | None) -> EnvServer:
-        if self._users and self._server is not None:
-            self._check(self._server.env, env_name)
+    async def _acquire(self, env_name: str | None) -> Endpoint:
+        server, endpoint = self._server, self._endpoint
+        if self._users and server is not None and endpoint is not None:
+            self._check(server.env, env_name)
             self._users += 1
-            return self._server
+            return endpoint
         # The lock also covers _release, so a restart never overlaps the last shutdown.
         async with self._guard():
             if self._server is None:
@@ -80,16 +82,18 @@ class LocalRuntime(Runtime):
                 self._token = secrets.token_urlsafe(32)
                 park_ttl = self._park_ttl or DEFAULT_PARK_TTL
                 self._server = EnvServer(env, park_ttl=park_ttl, token=self._token)
+                self._endpoint = Endpoint(f"memory://{env.name}", self._server, token=self._token)
             self._check(self._server.env, env_name)
             self._users += 1
-            return self._server
+            assert self._endpoint is not None
+            return self._endpoint
 
     async def _release(self) -> None:
         async with self._guard():
             self._users -= 1
             if self._users or self._server is None:
                 return
-            server, self._server = self._server, None
+            server, self._server, self._endpoint = self._server, None, None
             try:
                 await server.aclose()
             finally:
@@ -126,9 +130,7 @@ class _Lease:
         self.env_name = env_name
 
     async def __aenter__(self) -> Endpoint:
-        runtime = self.runtime
-        server = await runtime._acquire(self.env_name)
-        return Endpoint(f"memory://{server.env.name}", server, token=runtime._token)
+        return await self.runtime._acquire(self.env_name)
 
     async def __aexit__(self, *exc: object) -> None:
         runtime = self.runtime
