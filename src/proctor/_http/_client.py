@@ -374,6 +374,14 @@ class _Connection(BufferedReads):
                 raise self._error
             await self._wait()
 
+    def take_all(self) -> bytes:
+        """The whole body, once `complete` (nothing more is read)."""
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        return data
+
     def idle(self) -> None:
         """Reset for the next exchange."""
         self.busy = self.got_bytes = self.complete = False
@@ -501,7 +509,12 @@ class ClientResponse(AsyncResource):
             RuntimeError: the body was already consumed by `aiter_bytes` or `aclose`.
         """
         if self._content is None:
-            self._content = b"".join([chunk async for chunk in self._stream()])
+            conn = self._conn
+            if conn is not None and conn.complete:  # all in already: no generator
+                self._content, self._conn = conn.take_all(), None
+                self._client._release(conn, self._keep_alive)
+            else:
+                self._content = b"".join([chunk async for chunk in self._stream()])
         return self._content
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:

@@ -31,11 +31,10 @@ class Headers:
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """The first value of `name`, or `default`."""
-        key = name.lower()
-        for i, k in enumerate(self._keys):
-            if k == key:
-                return self._items[i][1]
-        return default
+        try:
+            return self._items[self._keys.index(name.lower())][1]
+        except ValueError:
+            return default
 
     def get_all(self, name: str) -> list[str]:
         """Every value of `name`, in order."""

@@ -142,6 +142,15 @@ def parse_response_head(head: bytes) -> ResponseHead:
 
 def _framing(headers: Headers) -> tuple[bool, int | None]:
     """(chunked, content length) from the framing headers, refusing ambiguity."""
+    keys = headers._keys
+    if "transfer-encoding" not in keys:  # the usual head: one plain length, or none
+        if "content-length" not in keys:
+            return False, None
+        at = keys.index("content-length")
+        value = headers._items[at][1]
+        plain = value.isascii() and value.isdigit() and len(value) <= 18
+        if plain and "content-length" not in keys[at + 1 :]:
+            return False, int(value)
     te: list[str] = []
     cl: list[str] = []
     for key, (_, value) in zip(headers._keys, headers._items, strict=True):
@@ -303,11 +312,10 @@ def encode_head(start: str, fields: Iterable[tuple[str, str]], extra: str = "") 
     Raises:
         ValueError: a name or value holds CR or LF, or is not latin-1.
     """
-    lines = [start]
-    lines.extend(f"{name}: {value}" for name, value in fields)
-    text = "\r\n".join(lines) + "\r\n" + extra + "\r\n"
+    lines = [f"{name}: {value}\r\n" for name, value in fields]
+    text = f"{start}\r\n{''.join(lines)}{extra}\r\n"
     # Counting catches header injection: every CR and LF must be a line end we wrote.
-    ends = len(lines) + extra.count("\n") + 1
+    ends = len(lines) + extra.count("\n") + 2
     if text.count("\n") != ends or text.count("\r") != ends:
         raise ValueError("CR or LF inside a header name or value")
     return text.encode("latin-1")

@@ -14,7 +14,14 @@ import orjson
 
 from ._types import ToolCall, Usage
 
-__all__ = ["Parsed", "StreamAccumulator", "check_response", "parse_response", "usage_from"]
+__all__ = [
+    "Parsed",
+    "StreamAccumulator",
+    "check_response",
+    "checked",
+    "parse_response",
+    "usage_from",
+]
 
 
 class Parsed(NamedTuple):
@@ -81,19 +88,25 @@ def check_response(
         require_tool_call: an answer without a tool call is a problem.
         tool_names: when given, a call to any other tool is a problem.
     """
-    try:
-        parsed = parse_response(api, body)
-    except _Malformed as exc:
-        return str(exc)
-    missing = _missing_calls(api, body, parsed)
-    if missing:
-        return missing
+    parsed = checked(api, body)
+    if isinstance(parsed, str):
+        return parsed
     for call in parsed.tool_calls:
         if tool_names is not None and call.name not in tool_names:
             return f"call to unknown tool {call.name!r}"
     if require_tool_call and not parsed.tool_calls:
         return "no tool call"
     return None
+
+
+def checked(api: str, body: Any) -> Parsed | str:
+    """`check_response` (without its options) that hands back the answer it parsed:
+    the answer when `body` is usable, else the problem."""
+    try:
+        parsed = parse_response(api, body)
+    except _Malformed as exc:
+        return str(exc)
+    return _missing_calls(api, body, parsed) or parsed
 
 
 def _missing_calls(api: str, body: dict[str, Any], parsed: Parsed) -> str | None:

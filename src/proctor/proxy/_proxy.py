@@ -82,6 +82,11 @@ class InterceptionProxy(AsyncResource):
             if upstream.kind in self.upstreams:
                 raise ValueError(f"two {upstream.kind} upstreams given; the proxy takes one")
             self.upstreams[upstream.kind] = upstream
+        # Each upstream's own headers, built once (names in lower case).
+        self._auth = {
+            kind: [(k.lower(), v) for k, v in up.auth().items()]
+            for kind, up in self.upstreams.items()
+        }
         self.limits = limits or ModelLimits()
         self.budget = budget
         self.quotas = quotas or SessionQuotas()
@@ -188,7 +193,8 @@ class InterceptionProxy(AsyncResource):
         except _Answered as answered:
             return answered.response
         retrier = Retrier(self.retry, self.clock, self._rng)
-        turn = Turn(self._client, retrier, session, upstream, api, body, req, state, hold)
+        auth = self._auth[upstream.kind]
+        turn = Turn(self._client, retrier, session, upstream, api, body, req, state, hold, auth)
         return await turn.forward()
 
     @staticmethod

@@ -385,9 +385,11 @@ class ProxySession:
             if self.recorded >= _SHARE_FROM:
                 size = self._history.keep(turn.get("request"), size)
             self.recorded += size
-            data = {k: v for k, v in turn.items() if k != "message"}
+            data = turn.copy()
         else:
-            data = {k: v for k, v in turn.items() if k not in ("message", "request")}
+            data = turn.copy()
+            data.pop("request", None)
+        data.pop("message", None)
         if state is not None and state.index is not None:
             earlier = self.turns[state.index]
             turn["attempts"] = earlier["attempts"] + turn["attempts"]

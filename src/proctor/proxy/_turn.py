@@ -32,7 +32,14 @@ from ..models._bedrock_chat import (
     converse_to_chat,
 )
 from ..models._retry import Retrier, classify_status, retry_after_from
-from ..models._wire import StreamAccumulator, check_response, parse_response, usage_from
+from ..models._wire import (
+    Parsed,
+    StreamAccumulator,
+    check_response,
+    checked,
+    parse_response,
+    usage_from,
+)
 from ._quotas import Hold
 from ._session import ProxySession, Replay, _KeyState
 from ._upstream import Upstream
@@ -63,6 +70,7 @@ class Turn:
         req: Request,
         state: _KeyState | None,
         hold: Hold,
+        auth: list[tuple[str, str]],
     ) -> None:
         self.client = client
         self.session = session
@@ -81,9 +89,13 @@ class Turn:
         self.t0 = time.perf_counter()
         self.strip_usage = False  # the harness did not ask for the usage chunk we add
         self.payload = self._rewrite(req.body)
-        headers = {k.lower(): v for k, v in req.headers.items() if k.lower() in _PASS_UP}
-        for name, value in upstream.auth().items():
-            headers.setdefault(name.lower(), value)  # the harness's anthropic-version wins
+        headers: dict[str, str] = {}
+        for name, value in req.headers:
+            key = name.lower()
+            if key in _PASS_UP:
+                headers[key] = value
+        for key, value in auth:  # the upstream's, names in lower case
+            headers.setdefault(key, value)  # the harness's anthropic-version wins
         headers["content-type"] = "application/json"
         self.headers = list(headers.items())
 
@@ -175,12 +187,13 @@ class Turn:
         """A 2xx body: the turn's answer, or a retry when it is malformed."""
         try:
             parsed = orjson.loads(data)
-            problem = check_response(self.api, parsed)
+            answer = checked(self.api, parsed)
         except orjson.JSONDecodeError:
-            parsed, problem = None, "response body is not JSON"
-        if problem is None:
+            answer = "response body is not JSON"
+        if not isinstance(answer, str):
             self._attempt("ok", resp.status, None, None, t0)
-            return self._finish(resp, data, parsed, None)
+            return self._finish(resp, data, parsed, None, answer)
+        problem = answer
         give_up = f"upstream kept answering malformed: {problem}"
         return self._retry("malformed", resp.status, problem, t0, give_up)
 
@@ -266,13 +279,19 @@ class Turn:
         return Response(resp.status, list(_SSE_HEADERS), body())
 
     def _finish(
-        self, resp: ClientResponse, data: bytes, parsed: Any, error: str | None
+        self,
+        resp: ClientResponse,
+        data: bytes,
+        parsed: Any,
+        error: str | None,
+        answer: Parsed | None = None,
     ) -> Response:
-        self._record(resp.status, parsed, error)
+        self._record(resp.status, parsed, error, answer=answer)
         headers = down_headers(resp)
         if error is not None:  # the provider's refusal, final: the proxy will not retry it
             headers.append(_FINAL)
-        self._commit(Replay(resp.status, headers, data))
+        if self.state is not None:
+            self.state.settle(Replay(resp.status, headers, data))
         return Response(resp.status, headers, data)
 
     def _give_up(self, status: int, message: str) -> Response:
@@ -281,18 +300,29 @@ class Turn:
         return error_response(self.api, status, message, "upstream_error")
 
     def _record(
-        self, status: int | None, response: Any, error: str | None, ttft: float | None = None
+        self,
+        status: int | None,
+        response: Any,
+        error: str | None,
+        ttft: float | None = None,
+        answer: Parsed | None = None,
     ) -> None:
-        """Account and record the turn, then free its slot and hold (once)."""
+        """Account and record the turn (`answer`: `response` parsed, when it was), then
+        free its slot and hold (once)."""
         try:
-            self._keep(status, response, error, ttft)
+            self._keep(status, response, error, ttft, answer)
         finally:
             hold, self.hold = self.hold, None
             if hold is not None:
                 self.session.release(hold)
 
     def _keep(
-        self, status: int | None, response: Any, error: str | None, ttft: float | None
+        self,
+        status: int | None,
+        response: Any,
+        error: str | None,
+        ttft: float | None,
+        answer: Parsed | None,
     ) -> None:
         usage = usage_from(self.api, response) if isinstance(response, dict) else Usage()
         model = (response or {}).get("model") if isinstance(response, dict) else None
@@ -316,7 +346,7 @@ class Turn:
         if ttft is not None:
             turn["ttft"] = ttft
         if isinstance(response, dict):
-            turn["message"] = _message(self.api, response)
+            turn["message"] = _message(self.api, response) if answer is None else answer.message
             tokens = _tokens(response)
             if tokens:
                 turn["tokens"] = tokens
