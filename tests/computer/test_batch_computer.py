@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.batch import list_rollouts
+from proctor.store import read_record
 from proctor.testing import FakeModelServer, FakeRequest, Reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,10 +66,7 @@ async def test_computer_entries_fill_the_form_through_the_proxy(tmp_path: Path) 
     assert set(by_agent) == {"computer-openai/gpt-4.1", "budget"}
     for row in rows:  # the budget's rollout is graded on the final state, as saved
         assert row["status"] == "completed" and row["reward"] == 1.0, row
-    records = {
-        row["agent"]: json.loads((out / "rollouts" / f"{row['id']}.json").read_text())
-        for row in rows
-    }
+    records = {row["agent"]: read_record(out, row["id"]) for row in rows}
     assert records["budget"]["stop_reason"] == "action_budget"
     assert records["computer-openai/gpt-4.1"]["stop_reason"] is None
     # the first entry's options reached the model: its frames are JPEG, its temperature 0

@@ -12,6 +12,7 @@ from test_support_example import EXAMPLE, OPENING, _policy_module
 
 from proctor.batch import aexecute
 from proctor.samples import samples_from_batch
+from proctor.store import list_rollouts, read_record
 from proctor.testing import FakeModelServer, FakeRequest, Reply
 
 
@@ -46,7 +47,8 @@ async def test_a_batch_records_both_dialogues_and_exports_them_masked(
         )
         result = await aexecute(config, tmp_path / "out")
     assert result.launched, result
-    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / "rollouts").glob("*.json")]
+    out = tmp_path / "out"
+    records = [read_record(out, row["id"]) for row in list_rollouts(out, limit=None)]
     assert sorted(r["result"]["grade"]["reward"] for r in records) == [1.0, 1.0], records
     samples = list(samples_from_batch(tmp_path / "out"))
     assert len(samples) == 2
