@@ -105,7 +105,12 @@ class _Problem(ValueError):
     """One thing wrong, at one key."""
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
+        super().__init__(_one_line(f"{key}: {message}"))
+
+
+def _one_line(text: str) -> str:
+    """`text` with what is not printable (a newline in a key, say) escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def load_compose(
@@ -129,15 +134,15 @@ def load_compose(
         with file.open("rb") as handle:
             data = handle.read(_MAX_BYTES + 1)
     except OSError as exc:
-        raise ValueError(f"{file}: cannot read: {exc.strerror or exc}") from None
+        raise ValueError(_one_line(f"{file}: cannot read: {exc.strerror or exc}")) from None
     if len(data) > _MAX_BYTES:
-        raise ValueError(f"{file}: larger than {_MAX_BYTES} bytes")
+        raise ValueError(_one_line(f"{file}: larger than {_MAX_BYTES} bytes"))
     try:
         return parse_compose(data.decode(), file, main=main, variables=variables)
     except UnicodeDecodeError:
-        raise ValueError(f"{file}: not UTF-8 text") from None
+        raise ValueError(_one_line(f"{file}: not UTF-8 text")) from None
     except _Problem as exc:
-        raise ValueError(f"{file}: {exc}") from None
+        raise ValueError(_one_line(f"{file}: {exc}")) from None
 
 
 def parse_compose(
