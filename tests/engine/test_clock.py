@@ -5,6 +5,7 @@ rollouts due within the same tick."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from proctor import Environment, LocalRuntime, Run, Task, Taskset, rollout
-from proctor.engine import Timeouts
+from proctor.engine import Timeouts, _deadline
 
 env = Environment("clock")
 
@@ -99,3 +100,15 @@ async def test_rollouts_woken_by_one_tick_fire_only_their_own_deadlines() -> Non
     )
     assert cut.stop_reason == "timeout" and cut.reward == 1.0
     assert spared.stop_reason is None and spared.reward == 1.0
+
+
+def test_a_closed_loop_leaves_no_ticker_behind() -> None:
+    async def one() -> None:
+        run = await rollout(Task(env=env.name, id="wait"), quick)
+        assert run.reward == 1.0
+
+    before = len(_deadline._TICKERS)
+    for _ in range(3):
+        asyncio.run(one())
+    gc.collect()
+    assert len(_deadline._TICKERS) <= before

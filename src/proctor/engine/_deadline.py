@@ -61,7 +61,7 @@ class Clock:
             ticker = self.ticker = _ticker(loop)
         else:
             ticker.remove(self)
-        self.due = ticker.add(self, when)
+        self.due = ticker.add(self, when, loop)
 
     def _fire(self) -> None:
         self.due = math.inf
@@ -127,21 +127,21 @@ TICK = 1 / 32
 
 
 class _Ticker:
-    """One loop's armed clocks by the tick they are due at, one timer per tick."""
+    """One loop's armed clocks by the tick they are due at, one timer per tick (it
+    holds no reference to its loop, which keeps it in `_TICKERS` only while alive)."""
 
-    __slots__ = ("loop", "ticks")
+    __slots__ = ("ticks",)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
         self.ticks: dict[float, set[Clock]] = {}
 
-    def add(self, clock: Clock, when: float) -> float:
+    def add(self, clock: Clock, when: float, loop: asyncio.AbstractEventLoop) -> float:
         """Arm `clock` at the first tick at or after `when`; that tick."""
         due = math.ceil(when / TICK) * TICK
         clocks = self.ticks.get(due)
         if clocks is None:
             clocks = self.ticks[due] = set()
-            self.loop.call_at(due, self._ring, due)
+            loop.call_at(due, self._ring, due)
         clocks.add(clock)
         return due
 
@@ -158,7 +158,7 @@ class _Ticker:
 def _ticker(loop: asyncio.AbstractEventLoop) -> _Ticker:
     ticker = _TICKERS.get(loop)
     if ticker is None:
-        ticker = _TICKERS[loop] = _Ticker(loop)
+        ticker = _TICKERS[loop] = _Ticker()
     return ticker
 
 
