@@ -37,7 +37,7 @@ def _exec(container: str, code: str) -> str:
 def _inspect(kind: str, name: str) -> dict[str, Any]:
     argv = ["podman", kind, "inspect", name]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    return json.loads(out)[0]  # type: ignore[no-any-return]
+    return json.loads(out)[0]
 
 
 def _labelled(kind: str, batch: str) -> list[str]:
