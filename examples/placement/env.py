@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from proctor import Environment
+from proctor import Environment, Taskset
 
 TASK = Path(__file__).resolve().parent / "task"
 WORK = Path(tempfile.gettempdir()) / "workspace"  # where the task's files are
@@ -38,3 +38,6 @@ async def fix_typo():
     answer = yield (TASK / "instruction.md").read_text()
     del answer  # the work is graded, not what the harness said
     yield _check().score(WORK)  # type: ignore[attr-defined]
+
+
+tasks = Taskset("placement", [fix_typo()])

@@ -30,6 +30,10 @@ SLOW: dict[str, tuple[str, tuple[str, ...]]] = {
         "a python_image with the example and a container (10 s)",
         ("test_a_harness_in_a_container_fixes_the_file_the_task_gave_it",),
     ),
+    "placement/test_placement_cli.py": (
+        "a python_image, a batch in a container and the dashboard (18 s)",
+        ("test_a_batch_places_the_harness_in_each_container_and_the_dashboard_shows_it",),
+    ),
     "importers/test_cli_foreign.py": (
         "verifiers and Inspect interpreters from the CLI (11-29 s)",
         (),

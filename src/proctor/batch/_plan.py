@@ -261,6 +261,8 @@ def _agent_problems(config: BatchConfig, names: list[str], loaded: Loaded) -> li
 
 def _runnable(config: BatchConfig, entry: CommandAgentEntry) -> bool:
     program = entry.argv[0]
+    if entry.placement == "substrate":  # found in the substrate, not here
+        return True
     if os.sep not in program:
         return shutil.which(program) is not None
     cwd = config.resolve(entry.cwd) if entry.cwd else str(config.base_dir)

@@ -497,6 +497,21 @@ def _add_model_options(run: argparse.ArgumentParser) -> None:
         "process's environment and keys",
     )
     models.add_argument(
+        "--placement",
+        choices=("jail", "substrate"),
+        help="where the harness runs: in its jail beside the substrate (default), or "
+        "inside each rollout's sandbox (--runtime sandbox), seeing the task's files "
+        "(docs/placement.md)",
+    )
+    models.add_argument(
+        "--ship",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="with --placement substrate: copy FILE into the substrate for each rollout "
+        "(a --harness word naming it runs the copy; repeatable)",
+    )
+    models.add_argument(
         "--max-turns", type=_positive_int, metavar="N", help="model turns per rollout"
     )
     models.add_argument(

@@ -23,8 +23,8 @@ def build_agent(
     from .._loader import load_agent
     from ..agents import agent_from_fn
 
-    if (args.harness_env or args.no_jail) and args.harness is None:
-        raise CLIError("--harness-env and --no-jail apply to --harness")
+    if (args.harness_env or args.no_jail or args.placement or args.ship) and not args.harness:
+        raise CLIError("--harness-env, --no-jail, --placement and --ship apply to --harness")
     if args.model or args.harness:
         return _model_agent(args)
     return load_agent(args.agent, source, env_source, wrap=agent_from_fn), None
@@ -95,7 +95,16 @@ def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | Non
     argv = shlex.split(args.harness)
     if not argv:
         raise CLIError("--harness: empty command")
-    agent = CommandAgent(argv, pass_env=args.harness_env, jail=not args.no_jail)
+    try:
+        agent = CommandAgent(
+            argv,
+            pass_env=args.harness_env,
+            jail=not args.no_jail,
+            placement=args.placement or "jail",
+            ship=args.ship,
+        )
+    except ValueError as exc:  # --ship without --placement substrate, or no such file
+        raise CLIError(f"--harness: {exc}") from None
     return agent, proxy
 
 
