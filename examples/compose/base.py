@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from typing import Literal
 
 from proctor.runtimes import python_image
 
 BASE = "localhost/proctor-compose-example:base"
 
 
-def build_base(engine: str = "podman") -> str:
+def build_base(engine: Literal["podman", "docker"] = "podman") -> str:
     """Build (or find) the image and tag it `BASE`; return `BASE`."""
     bash = shutil.which("bash")
     if bash is None:
