@@ -24,8 +24,8 @@ def _call(method: str, item: str, body: str | None = None) -> str:
     data = None if body is None else body.encode()
     request = urllib.request.Request(url, data=data, method=method)
     with urllib.request.urlopen(request, timeout=10) as response:
-        body: bytes = response.read()
-        return body.decode()
+        answer: bytes = response.read()
+        return answer.decode()
 
 
 async def db(method: str, item: str, body: str | None = None) -> str:
