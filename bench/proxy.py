@@ -11,10 +11,13 @@ proctor.testing.fake_model`), each proxy in its own process (`bench/_proxy_serve
 `make bench` makes; skipped with a note when absent), one session per rollout recording
 every turn, and this load generator (proctor's own lean HTTP client, keep-alive). Each
 rollout makes `--turns` sequential chat completions with a growing history (the reply and
-a new user message appended each turn). At each concurrency every mode runs back to
-back, direct first, so their figures are comparable on a noisy machine: each proxy's
-row gives its req/s and p50 as ratios to the direct row of the same run, with the load
-average and a bare-process baseline (`_common.baseline`) printed beside the table.
+a new user message appended each turn). Each run through one of proctor's proxies
+starts with fresh sessions (the last run's closed, their traces dropped, as a batch
+hands them on), so later runs do not pay for a heap holding every earlier turn. At each
+concurrency every mode runs back to back, direct first, so their figures are comparable
+on a noisy machine: each proxy's row gives its req/s and p50 as ratios to the direct
+row of the same run, with the load average and a bare-process baseline
+(`_common.baseline`) printed beside the table.
 
 `--before DIR` adds a `before` row: the same proxy script run on another checkout's
 `src/` (say `git worktree add /tmp/proxy-old HEAD~1`), to measure what a change costs in
@@ -58,7 +61,7 @@ def pct(samples: list[float], q: float) -> float:
 def spawn(
     argv: list[str], env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
@@ -175,7 +178,7 @@ def measure(args: argparse.Namespace, levels: list[int]) -> tuple[list[Any], dic
             procs.append(proc)
             versions[name] = str(info.get("version", versions.get(name)))
             secrets = [str(x) for x in info["secrets"]]  # type: ignore[attr-defined]
-            peers.append((name, proc.pid, str(info["url"]), secrets))
+            peers.append([name, proc, str(info["url"]), secrets])
         with asyncio.Runner(loop_factory=factory) as runner:
             for c in levels:
                 for i in range(args.repeat):  # each proxy first in turn: no order bias
@@ -195,15 +198,27 @@ def run_level(
     order given; the table lists them in their usual order)."""
     rollouts = args.rollouts_c1 if c == 1 else c * 2
     got = {"direct": runner.run(load(direct, ["x"], c, rollouts, args.turns))}
-    for name, pid, url, secrets in peers:
-        cpu0 = cpu_seconds(pid)
+    for peer in peers:
+        name, proc, url, secrets = peer
+        cpu0 = cpu_seconds(proc.pid)
         via = runner.run(load(url, secrets, c, rollouts, args.turns))
-        via["proxy_cpu_us"] = (cpu_seconds(pid) - cpu0) / via["requests"] * 1e6
+        via["proxy_cpu_us"] = (cpu_seconds(proc.pid) - cpu0) / via["requests"] * 1e6
         got[name] = via
+        if name != "verifiers":  # the next run starts with fresh sessions, as a batch would
+            peer[3] = next_sessions(proc)
     return {"direct": got["direct"], **{name: got[name] for name in MODES if name in got}}
 
 
 MODES = ("proctor", "before", "verifiers")
+
+
+def next_sessions(proc: subprocess.Popen[bytes]) -> list[str]:
+    """End a proxy server's sessions (their traces dropped) and take the new ones'
+    secrets (see `_proxy_server.py`)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"next\n")
+    proc.stdin.flush()
+    return [str(x) for x in json.loads(proc.stdout.readline())["secrets"]]
 
 
 def medians(rows: list[Any]) -> list[Any]:

@@ -86,6 +86,7 @@ class Connection(BufferedReads):
         self._client: tuple[str, int] | None = None
         self._buf = b""
         self._head: RequestHead | None = None
+        self._screened_request: Request | None = None  # the one the screen saw, if any
         self._reader: Reader | None = None
         self._parts: list[bytes] = []
         self._size = 0
@@ -248,8 +249,10 @@ class Connection(BufferedReads):
         server = self._server
         server.busy(self)
         share = None
+        self._screened_request = None
         if server.screen is not None:
             request = Request(head.method, head.target, head.headers, b"", self._client)
+            self._screened_request = request  # dispatched with its body, once that is in
             try:
                 verdict = server.screen(request)
             except Exception as exc:
@@ -336,7 +339,12 @@ class Connection(BufferedReads):
         parts = self._parts
         self._parts = []
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        request = Request(head.method, head.target, head.headers, body, self._client, self._share)
+        request, self._screened_request = self._screened_request, None
+        if request is None:
+            request = Request(head.method, head.target, head.headers, body, self._client)
+        else:
+            request.body = body
+        request.share = self._share
         self._wait_for(_BUSY)
         self._task = self._loop.create_task(self._respond(request, head))
 

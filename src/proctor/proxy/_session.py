@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._http import Share
+from ..records import Step
 from ._frames import Frames
 from ._history import History
 from ._quotas import NO_HOLD, Hold, SessionQuotas
@@ -24,9 +25,6 @@ WAIT = "wait"  # `try_admit`: no room for the turn until one in flight ends
 # Recorded request bytes past which requests share the messages they repeat (it costs
 # CPU per turn; a short record is not worth it).
 _SHARE_FROM = 1024 * 1024
-
-if TYPE_CHECKING:
-    from ..records import Step
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,8 +403,9 @@ class ProxySession:
         turn["turn"] = data["turn"] = len(self.turns) + 1
         self.turns.append(turn)
         step = None
-        if self.trace is not None:
-            step = self.trace.add("model_turn", turn.get("message"), start=start, **data)
+        if self.trace is not None:  # (`Trace.add` would copy `data` once more)
+            step = Step("model_turn", turn.get("message"), data, start, time.time())
+            self.trace.steps.append(step)
         if state is not None:
             state.index = len(self.turns) - 1
             state.step = step
