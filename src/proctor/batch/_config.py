@@ -334,6 +334,8 @@ class ComposeRuntimeConfig(_Launch):
     oci_runtime: str | None = None
     build_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 600.0
 
+    _variables = field_validator("variables")(_no_secret_names)
+
 
 class RayRuntimeConfig(_Launch):
     """Each rollout's environment as a Ray actor (`RayRuntime`)."""
