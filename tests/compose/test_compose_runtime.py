@@ -3,6 +3,7 @@ that fails half-way leaving nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -104,4 +105,38 @@ services:
     with pytest.raises(RuntimeLaunchError, match="service db unhealthy after 2 checks"):
         async with runtime(row):
             pass
+    assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []
+
+
+async def test_a_bring_up_cancelled_half_way_removes_what_it_started(
+    tmp_path: Path, image: str, options: dict[str, Any]
+) -> None:
+    (tmp_path / "compose.yaml").write_text(
+        f"""
+services:
+  db:
+    image: {image}
+    command: python -c "import time; time.sleep(60)"
+    stop_grace_period: 0s
+    healthcheck: {{test: [CMD, python, -c, "raise SystemExit(1)"], interval: 1s, retries: 1000}}
+  main:
+    image: {image}
+    depends_on: {{db: {{condition: service_healthy}}}}
+"""
+    )
+    runtime = ComposeRuntime(tmp_path / "compose.yaml", "/nowhere.py", **options)
+
+    async def enter() -> None:
+        async with runtime(Task(env="x", id="x", slug="x")):
+            raise AssertionError("the project came up")
+
+    bring_up = asyncio.ensure_future(enter())
+    for _ in range(600):  # the db is running and checked: bring-up waits for it
+        if _labelled("ps", runtime.batch) or bring_up.done():
+            break
+        await asyncio.sleep(0.1)
+    assert not bring_up.done() and _labelled("network ls", runtime.batch)
+    bring_up.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await bring_up
     assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []
