@@ -197,18 +197,17 @@ class EnvClient(AsyncResource):
             ProtocolError: the reply was malformed or its id did not match.
         """
         if self._session is not None:
-            try:
-                if overtake:
-                    return await self._here(method, params)
+            if not overtake:
                 if self._busy:
                     await self._wait_turn()
                 self._busy = True
-                try:
-                    return await self._here(method, params)
-                finally:
-                    self._next_turn()
+            try:
+                return await self._here(method, params)
             except Refusal as exc:
                 refused = (exc.code, exc.message, exc.data)
+            finally:
+                if not overtake:
+                    self._next_turn()
             raise _refused(*refused)
         if overtake:
             msg = await self._roundtrip(method, params)

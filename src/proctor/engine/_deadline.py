@@ -13,7 +13,7 @@ from .._errors import RolloutTimeout
 if TYPE_CHECKING:
     from ..agents import Run
 
-__all__ = ["Clock"]
+__all__ = ["Clock", "Span"]
 
 _UNLIMITED = contextlib.nullcontext()
 
@@ -42,12 +42,12 @@ class Clock:
         self.task: asyncio.Task[Any] | None = None
         self.due = math.inf  # the tick the clock is armed for
         self.ticker: _Ticker | None = None
-        self.spans: list[_Span] = []
-        self.fired: _Span | None = None
+        self.spans: list[Span] = []
+        self.fired: Span | None = None
 
     def scope(self, limit: float | None) -> contextlib.AbstractContextManager[None]:
         """A deadline `limit` seconds from entry; no limit, no scope."""
-        return _UNLIMITED if limit is None else _Span(self, limit)
+        return _UNLIMITED if limit is None else Span(self, limit)
 
     def close(self) -> None:
         """Stop the timer (the rollout is over)."""
@@ -79,8 +79,8 @@ class Clock:
         self._arm(loop, min(first.end, now + (self.shortest or math.inf)))
 
 
-class _Span:
-    """One scope of a `Clock`."""
+class Span:
+    """One scope of a `Clock` (see `Clock.scope`)."""
 
     __slots__ = ("cancelling", "clock", "end", "limit")
 
@@ -118,7 +118,7 @@ class _Span:
             raise RolloutTimeout(clock.run.phase, self.limit) from None
 
 
-def _end(span: _Span) -> float:
+def _end(span: Span) -> float:
     return span.end
 
 

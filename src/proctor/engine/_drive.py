@@ -16,7 +16,7 @@ from .._errors import RemoteError, RolloutTimeout, RuntimeLaunchError, Substrate
 from ..agents import JudgeEndpoint, Run
 from ..channel import connect
 from ..records import RunError
-from ._deadline import Clock
+from ._deadline import Clock, Span
 from ._timeouts import Timeouts
 from ._watch import SubstrateWatch
 
@@ -152,8 +152,7 @@ async def execute_run(
         except BaseException:
             await _abandon(run, live, deadlines.teardown)
             raise
-        phases.enter("teardown")
-        with clock.scope(deadlines.teardown):
+        with phases.enter("teardown", deadlines.teardown):
             await stack.aclose()
     except asyncio.CancelledError as exc:
         run.fail(run.phase, exc)
@@ -181,10 +180,14 @@ class _Phases:
         self.observers = observers
         self.clock = clock
 
-    def enter(self, phase: str) -> None:
+    def enter(
+        self, phase: str, limit: float | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Move to `phase`; returns its deadline's scope (`limit` seconds; None: none)."""
         for observer in self.observers:
             observer.phase_changed(self.run, phase)
         self.run.phase = phase
+        return _UNLIMITED if limit is None else Span(self.clock, limit)
 
 
 async def _launch(
@@ -237,15 +240,13 @@ async def _provision(
     phases.enter("provisioning")
     endpoint = await stack.enter_async_context(runtime(run.task))
     run.substrate = endpoint.entry
-    phases.enter("connecting")
     # The phase deadline names "connecting" when it fires; connect() also stops by
     # itself after ready_timeout, with a ConnectTimeout saying what it last saw.
-    with phases.clock.scope(limits.connect):
+    with phases.enter("connecting", limits.connect):
         run.client = await stack.enter_async_context(
             connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
         )
-    phases.enter("starting")
-    with phases.clock.scope(limits.start):
+    with phases.enter("starting", limits.start):
         await run.start()
     return endpoint.died
 
@@ -254,8 +255,7 @@ async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: Asyn
     run = phases.run
     if adopt.release is not None:
         stack.push_async_callback(adopt.release)
-    phases.enter("connecting")
-    with phases.clock.scope(limits.connect):
+    with phases.enter("connecting", limits.connect):
         run.client = await stack.enter_async_context(
             connect(
                 adopt.target,
