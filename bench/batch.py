@@ -29,7 +29,8 @@ CPU per rollout` (target <= 1.5x). With `--inspect`, Inspect (`.venv-inspect`) r
 the same prompts (`mockllm/model`, `generate()`, `match()`; at most `INSPECT_SAMPLES`
 of them) and `bytes on disk per rollout vs Inspect's .eval log bytes per sample`
 compares the output folder's allocated bytes with the `.eval` log's (target <= 1x).
-`--profile N` runs one batch of N under cProfile (main thread) and prints the top 25 functions by own time.
+`--profile N` runs one batch of N under cProfile (main thread) and prints the top 25
+functions by own time.
 
 Budgets (the batch issue): at least 500 rollouts/s at 10,000 on 2 cores with everything
 recorded (Inspect writes 41 samples/s and Harbor 9.6 trials/s on this class of

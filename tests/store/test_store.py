@@ -347,10 +347,34 @@ def test_kill_9_of_the_writer_loses_nothing_it_was_handed(tmp_path: Path, trial:
         got = read_rollout(out, f"r{i}")
         assert got["record"]["status"] == "completed" and got["record"]["reward"] == float(i)
         assert got["model_turns"] == [{"i": i, "pad": "y" * (i % 3000)}]
-    # The record of the rollout in flight, if any, is whole (old content or new).
-    for name in os.listdir(out / "rollouts"):
-        if name.endswith(".json"):
-            orjson.loads((out / "rollouts" / name).read_bytes())
+    # The segment holds whole lines only (the reopen cut a line the kill tore).
+    for line in (out / "rollouts" / "segment-000.jsonl").read_bytes().splitlines():
+        orjson.loads(line)
+
+
+def test_records_roll_over_to_the_next_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proctor.store import _segments
+
+    monkeypatch.setattr(_segments, "SEGMENT_BYTES", 600)
+    out = tmp_path / "out"
+    plan = _assignments(6)
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments(plan)
+        for a in plan[:4]:
+            _trivial(store, a)
+    with BatchStore.open(out) as store:  # continues in the last segment, then rolls
+        for a in plan[4:]:
+            _trivial(store, a)
+    names = sorted(p.name for p in (out / "rollouts").iterdir())
+    assert len(names) >= 3 and names[:2] == ["segment-000.jsonl", "segment-001.jsonl"]
+    for i, a in enumerate(plan):
+        where = pstore.locate_record(out, a.rollout_id)
+        assert where is not None and where[0] in names
+        assert pstore.read_record(out, a.rollout_id)["reward"] == 1.0, i
+    with BatchStore.open(out, warn=pytest.fail):  # nothing to find past records_end
+        pass
 
 
 def test_a_resumed_runner_can_pass_the_whole_plan_again(tmp_path: Path) -> None:
