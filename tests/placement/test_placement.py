@@ -3,6 +3,7 @@ container, its model calls relayed to the driver's proxy through the entry's pip
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import shutil
 from pathlib import Path
@@ -148,3 +149,49 @@ async def test_a_harness_in_a_container_fixes_the_file_the_task_gave_it(image: s
     assert run.status == "completed", run.error
     assert run.reward == 1.0
     assert run.answer == "done"
+
+
+_PARALLEL = r"""
+import json, os, threading, urllib.request
+def call(i, out):
+    body = {"model": "m", "messages": [{"role": "user", "content": str(i) * 300_000}]}
+    req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]["content"]
+out = {}
+threads = [threading.Thread(target=call, args=(i, out)) for i in range(6)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps(sorted(out.values())))
+"""
+
+
+@needs_bwrap
+async def test_the_relay_carries_parallel_connections_and_large_requests() -> None:
+    env = _example()
+    agent = CommandAgent(["{python}", "-c", _PARALLEL], placement="substrate", answer="json")
+    async with (
+        FakeModelServer(lambda _: Reply("ok")) as fake,
+        InterceptionProxy(Upstream(fake.url)) as proxy,
+        SandboxRuntime(EXAMPLE / "env.py") as runtime,
+    ):
+        run = await rollout(env.fix_typo(), agent, runtime=runtime, proxy=proxy)
+    assert run.status == "completed", run.error
+    assert run.answer == ["ok"] * 6
+    assert sorted(len(r.messages[0]["content"]) for r in fake.requests) == [300_000] * 6
+
+
+@needs_bwrap
+async def test_a_placed_harness_past_its_deadline_is_stopped_and_the_rollout_fails() -> None:
+    env = _example()
+    sleeper = CommandAgent(
+        ["{python}", "-c", "import time; time.sleep(600)"], placement="substrate", kill_grace=0.5
+    )
+    async with SandboxRuntime(EXAMPLE / "env.py") as runtime:
+        run = await asyncio.wait_for(
+            rollout(env.fix_typo(), sleeper, runtime=runtime, timeout=3), 120
+        )
+    assert run.status == "failed"
+    assert run.error is not None and run.error.phase == "agent"

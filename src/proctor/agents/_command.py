@@ -246,11 +246,9 @@ class CommandAgent:
             self._placed_argv, env, urls, cwd=self.cwd, stdin=stdin, grace=self.kill_grace
         )
         code, out, err = await run_placed(entry, placed)
-        if code is None:
-            raise RolloutError(
-                f"the harness could not start in the {entry.kind}: "
-                f"{err.decode('utf-8', 'replace').strip()[-_TAIL:]}"
-            )
+        if code is None:  # the entry command failed, or the init was killed
+            said = err.decode("utf-8", "replace").strip()[-_TAIL:] or "no output"
+            raise RolloutError(f"the harness in the {entry.kind} gave no exit status: {said}")
         return code, out, err
 
     def _parse(self, out: bytes, *, strict: bool) -> object:
