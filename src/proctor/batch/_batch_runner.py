@@ -13,9 +13,10 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import orjson
 
@@ -29,7 +30,7 @@ from ._recording import Recording
 from ._setup import Setup
 from ._tally import Tally
 
-__all__ = ["Runner", "Work", "assignment_of", "describe", "identity", "spent"]
+__all__ = ["Runner", "Work", "WorkItems", "assignment_of", "describe", "identity", "spent"]
 
 # Live-view states as record statuses (starting, running and grading are "running").
 _TALLY_STATUS = {
@@ -40,6 +41,14 @@ _TALLY_STATUS = {
 }
 Work = tuple[Assignment, int, dict[str, Any] | None]
 """An assignment, its attempt, and the parked session and checkpoint to continue."""
+
+
+class WorkItems(Protocol):
+    """A runner's work: sized and iterable, so it may be made as the pool takes it."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Work]: ...
 
 
 def describe(exc: BaseException) -> str:
@@ -93,7 +102,7 @@ class Runner:
 
     async def run(
         self,
-        work: list[Work],
+        work: WorkItems,
         total: int,
         view: IO[str] | None,
         *,
@@ -106,7 +115,8 @@ class Runner:
         self.tally = tally = Tally(total)
         if self.config.repeats >= 2:
             sizes = group_sizes(_group(a) for a, _, _ in work)
-            self.groups = GroupRewards(store, sizes, self._earlier(work))
+            earlier = self._earlier(work) if self.mode == "resume" else None  # a new batch:
+            self.groups = GroupRewards(store, sizes, earlier)  # nothing ended before it
         for state, n in _final_counts(store.path, again or {}).items():
             tally.preset(state, n)
         t0 = time.monotonic()
@@ -179,7 +189,7 @@ class Runner:
         title = str(self.store.batch.get("name") or self.setup.batch_id)
         await stack.enter_async_context(LiveView(self.tally, stream=stream, title=title))
 
-    async def _drain(self, work: list[Work]) -> None:
+    async def _drain(self, work: WorkItems) -> None:
         """Every work item on the engine's pool, `max_concurrent` at a time; launching
         stops at the batch cost cap."""
         from ..engine import for_each
@@ -201,12 +211,13 @@ class Runner:
             self.store.event("cost_cap", spent=self.setup.budget.spent, cap=self.config.cost_cap)
         return True
 
-    async def _drain_on_ray(self, work: list[Work]) -> None:
+    async def _drain_on_ray(self, items: WorkItems) -> None:
         """`executor = "ray"`: whole rollouts on Ray shards as ONE job across every agent
         (one `max_concurrent` bound), each recorded as it ends (phases are not streamed
         back; agents naming a model are refused by the plan)."""
         from ..engine import Planned, RayExecutor, RunSpec
 
+        work = list(items)
         cfg = self.config.executor
         assert isinstance(cfg, RayExecutorConfig)
         setup = self.setup
@@ -229,7 +240,8 @@ class Runner:
             self.tally.move("queued", "running")
             recording.state = "running"
             self._finished(a, run, recording, adopted=False)
-            ended.append((a, run))
+            if self.groups is not None:  # held for their group rewards; else let go
+                ended.append((a, run))
 
         await executor.run(spec, finished)
         for a, run in ended:  # the shards' runs, in the order they ended
@@ -281,7 +293,7 @@ class Runner:
         if self.groups is not None:
             await self.groups.ended(_group(a), a, run)
 
-    def _earlier(self, work: list[Work]) -> Earlier:
+    def _earlier(self, work: WorkItems) -> Earlier:
         """The members of a group that ended before this runner, from their records."""
         here = {a.rollout_id for a, _, _ in work}
         named = {_group(a): (a.task, a.agent) for a, _, _ in work}

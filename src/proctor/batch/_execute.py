@@ -14,7 +14,7 @@ import os
 import platform
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -90,11 +90,30 @@ async def aexecute(
     batch_id = _batch_id(plan.batch or "batch")
     setup = Setup.build(config, batch_id, out)
     options = {"allow_partial": allow_partial, "skip_model_check": skip_model_check}
-    enabled = [a for a in plan.assignments if a.enabled]
-    store = _create(out, _meta(config, plan, setup, options), config, enabled)
-    del plan  # its assignment table is the size of the batch; `enabled` is all we keep
-    work: list[Work] = [(a, 1, None) for a in enabled]
-    return await Runner(store, setup, "execute").run(work, len(enabled), view)
+    work = _Queued(config, plan)
+    store = _create(out, _meta(config, plan, setup, options), config, work.assignments())
+    del plan  # its assignment table is the size of the batch: the work is made again
+    return await Runner(store, setup, "execute").run(work, len(work), view)
+
+
+class _Queued:
+    """A new batch's work: its enabled assignments, each made again when the pool
+    takes it (as the plan made them), so nothing per rollout lives for the run."""
+
+    def __init__(self, config: BatchConfig, plan: Plan) -> None:
+        self._config = config
+        self._slugs = list(dict.fromkeys(a.task for a in plan.assignments))
+        self._size = sum(1 for a in plan.assignments if a.enabled)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Work]:
+        return ((a, 1, None) for a in self.assignments())
+
+    def assignments(self) -> Iterator[Assignment]:
+        """The enabled assignments, in plan order."""
+        return (a for a in self._config.iter_assignments(self._slugs) if a.enabled)
 
 
 def _with_durability(config: BatchConfig, durability: Durability) -> BatchConfig:
@@ -104,7 +123,7 @@ def _with_durability(config: BatchConfig, durability: Durability) -> BatchConfig
 
 
 def _create(
-    out: str, meta: dict[str, Any], config: BatchConfig, enabled: list[Assignment]
+    out: str, meta: dict[str, Any], config: BatchConfig, enabled: Iterable[Assignment]
 ) -> BatchStore:
     """Make the output directory whole or not at all: built under a temporary name
     (batch.json and every assignment), renamed into place, then opened for writing.

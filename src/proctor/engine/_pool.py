@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from ..agents import Run
 from ._collect import Collector, SinkLike, sink_call
@@ -27,10 +27,19 @@ if TYPE_CHECKING:
 __all__ = ["for_each", "run_taskset"]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Items(Protocol[T_co]):
+    """What `for_each` runs over: anything sized and iterable (a list, a lazy view)."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[T_co]: ...
 
 
 async def for_each(
-    items: Sequence[T],
+    items: Items[T],
     work: Callable[[T], Awaitable[None]],
     *,
     max_concurrent: int | None,
