@@ -1,6 +1,7 @@
 """Rollout benchmarks: proctor and the HUD SDK side by side, in one run, one table.
 
     .venv/bin/python bench/rollouts.py --peers-python .venv-peers/bin/python [--quick]
+        [--sizes 1000,10000,100000] [--batch-sizes 1000,10000] [--scale-only]
 
 Every section of each side runs in a fresh interpreter: `bench/_proctor_side.py` under
 this python, `bench/_hud_side.py` under `--peers-python` (hud==0.6.21) with a scrubbed
@@ -14,6 +15,10 @@ rows and budgets follow DESIGN.md section 8; without a peers python the HUD colu
 n/a, as it does on the rows of proctor's warm pool (`SubprocessRuntime(warm=True)`), which
 HUD lacks. Progress goes to stderr, the report to stdout; `--json PATH` keeps every raw
 number.
+
+Then the scale table (`bench/_scale.py`): CPU and cyclic objects per rollout and peak
+RSS at each of `--sizes` for `Taskset.run` keeping runs, summaries or nothing and for
+`proctor run`, and at `--batch-sizes` for the batch runner, each in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _scale
 from _common import baseline, baseline_line, machine_cpu
 
 BENCH = Path(__file__).resolve().parent
@@ -498,7 +504,12 @@ def main(argv: list[str] | None = None) -> int:
         help="python of the venv with hud==0.6.21 (default: $PROCTOR_PEERS_PYTHON)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write every raw result here")
+    parser.add_argument("--sizes", type=_sizes, help="scale table sizes (default 1k,10k,100k)")
+    parser.add_argument("--batch-sizes", type=_sizes, help="the batch's (default 1k,10k)")
+    parser.add_argument("--scale-only", action="store_true", help="only the scale table")
     args = parser.parse_args(argv)
+    if args.scale_only:
+        return scale(args)
     cfg = QUICK if args.quick else FULL
     timeout = 120.0 if args.quick else 1200.0
     started, load, busy0 = time.perf_counter(), os.getloadavg(), machine_cpu()
@@ -548,9 +559,37 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         *_others(machine_cpu() - busy0, cfg["warmpool"]),
     ]
-    print("\n".join(lines))
+    print("\n".join(lines), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"config": cfg, "proctor": p, "hud": h}, indent=1))
+    return scale(args)
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def scale(args: argparse.Namespace) -> int:
+    """The scale table, with the load before and after."""
+    sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
+    batch = args.batch_sizes or ([1000] if args.quick else [1000, 10_000])
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    with tempfile.TemporaryDirectory(prefix="proctor-scale-") as name:
+        lines, raw = _scale.section(sizes, batch, Path(name), 3600.0, log)
+    print(
+        "\n".join(
+            [
+                "",
+                "scale: the same 1,000 rows, each run N/1,000 times; each line its own interpreter",
+                "(RSS before: rows built, before the job; run and batch import the runner in it)",
+                f"load avg before {load}, after " + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+                *lines,
+            ]
+        )
+    )
+    if args.json:
+        path = Path(args.json).with_suffix(".scale.json")
+        path.write_text(json.dumps(raw, indent=1))
     return 0
 
 
