@@ -46,3 +46,12 @@ def test_a_malformed_compose_file_is_a_config_problem_naming_it(tmp_path: Path) 
 def test_secret_names_are_refused_in_variables(tmp_path: Path) -> None:
     with pytest.raises(BatchConfigError, match=r"API_KEY.*secrets never go in a config file"):
         load_config(_write(tmp_path, 'variables = { API_KEY = "sk-1" }\n'))
+
+
+def test_ignored_ports_are_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "compose.yaml").write_text("services: {main: {image: x, ports: ['80:80']}}\n")
+    ComposeRuntime(tmp_path / "compose.yaml", "/env.py")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'compose.yaml'}: services.main.ports ignored: services reach each other"
+        " by name, nothing is published"
+    ]

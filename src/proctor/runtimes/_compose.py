@@ -108,9 +108,7 @@ class ComposeRuntime(Runtime, AsyncResource):
             raise ValueError(f"batch must be letters, digits, '_', '.', '-': {batch!r}")
         self.main = main
         self.variables = dict(variables or {})
-        self.file = (
-            None if compose is None else load_compose(compose, main=main, variables=self.variables)
-        )
+        self.file = None if compose is None else self._load(compose)
         self.batch = batch or secrets.token_hex(6)
         self._options = _Options(
             source=source, command=None if command is None else tuple(command),
@@ -176,10 +174,17 @@ class ComposeRuntime(Runtime, AsyncResource):
             raise RuntimeLaunchError(f"{task.slug}: runtime_config.compose must be a path")
         if path not in self._files:
             try:
-                self._files[path] = load_compose(path, main=self.main, variables=self.variables)
+                self._files[path] = self._load(path)
             except ValueError as exc:
                 raise RuntimeLaunchError(str(exc)) from None
         return self._files[path]
+
+    def _load(self, path: str | os.PathLike[str]) -> ComposeFile:
+        """`load_compose`, its notes (keys ignored) logged once."""
+        file = load_compose(path, main=self.main, variables=self.variables)
+        for note in file.notes:
+            log.warning("%s: %s", file.path, note)
+        return file
 
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
