@@ -32,9 +32,8 @@ def _example() -> ModuleType:
     return module
 
 
-def _replies() -> object:
-    replies = iter([Reply('{"path": "notes.txt", "content": "hello world\\n"}'), Reply("done")])
-    return lambda _request: next(replies)
+def _replies() -> list[Reply]:
+    return [Reply('{"path": "notes.txt", "content": "hello world\\n"}'), Reply("done")]
 
 
 def _harness() -> CommandAgent:
