@@ -12,6 +12,7 @@ import pytest
 
 from proctor import Environment, Run, Taskset
 from proctor.engine import Job, RunSink, run_taskset
+from proctor.samples import samples_from_job
 
 env = Environment("keeping")
 
@@ -84,6 +85,8 @@ async def test_what_a_job_cannot_answer_without_its_runs_is_said() -> None:
     summaries = await run_taskset(rows(2), by_row, group=2, keep="summaries")
     with pytest.raises(ValueError, match=r"kept 0 of its 4 runs.*summary_groups"):
         summaries.groups()
+    with pytest.raises(ValueError, match=r"kept 0 of its 4 runs: samples need them"):
+        list(samples_from_job(summaries))
     none = await run_taskset(rows(2), by_row, group=2, keep="none")
     with pytest.raises(ValueError, match=r"kept 0 summaries of its 4 runs \(keep='none'\)"):
         none.pass_at_k(1)

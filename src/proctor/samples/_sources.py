@@ -58,7 +58,15 @@ def samples_from_job(job: Job) -> Iterator[Sample]:
     (a `ToolAgent` behind a proxy). `advantage` is the run's own when set (group
     rewards), else its reward minus the mean reward of its group's graded runs, for
     groups of two or more runs.
+
+    Raises:
+        ValueError: the job did not keep its runs (`Taskset.run(keep=...)`).
     """
+    if len(job.runs) != job.stats.runs:
+        raise ValueError(
+            f"job {job.name or job.id[:8]} kept {len(job.runs)} of its {job.stats.runs} runs: "
+            "samples need them (Taskset.run(keep='runs'), or a sink that records them)"
+        )
     groups: dict[str, list[Any]] = {}
     for run in job.runs:
         groups.setdefault(run.group_id, []).append(_run_reward(run))
