@@ -119,7 +119,9 @@ class Run:
         self.launch_errors: list[RunError] = []
         self.client: EnvClient | None = None
         self.proxy_session: ProxySession | None = None
-        self.substrate: Any = None  # the runtime's SubstrateEntry, if it can host a harness
+        # The runtime's way into the rollout's substrate (`Endpoint.entry`), if it can
+        # host a harness there (`CommandAgent(placement="substrate")`).
+        self.substrate: Any = None
         self.stop_reason: str | None = None
         self.judge: JudgeEndpoint | None = None
         self.actor_grade: Grade | None = None
@@ -231,7 +233,8 @@ class Run:
     async def start(self) -> None:
         """Send `tasks.start` and record the prompt (the engine calls this)."""
         t0 = time.time()
-        result = await self._live().start_task(self.task.id, self.task.args)
+        client = self.client if self.client is not None else self._live()
+        result = await client.start_task(self.task.id, self.task.args)
         if not isinstance(result, dict):
             raise ProtocolError(f"tasks.start returned {type(result).__name__}, not an object")
         self.start_result = result
@@ -249,8 +252,9 @@ class Run:
         engine opened it.
         """
         t0 = time.time()
-        params = self._grade_params(self.needs)
-        result = await self._live().grade(self.trace.content, **params)
+        params = self._grade_params(_needs(self.start_result))
+        client = self.client if self.client is not None else self._live()
+        result = await client.grade(self.trace.content, **params)
         result, workspace = _split_workspace(result)
         self.grade = _parse_grade(result)
         if workspace is not None:

@@ -469,7 +469,8 @@ class EnvClient(AsyncResource):
         if self._transport is not None:
             self._transport.close()
         if self._link is not None:
-            self._interrupt(ChannelClosed("client closed"))
+            if self._session is not None and self._session.call is not None:
+                self._interrupt(ChannelClosed("client closed"))
             self._link.drop()
         for fut in self._pending.values():
             if not fut.done():

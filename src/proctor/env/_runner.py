@@ -111,7 +111,7 @@ class TaskRunner:
             raise TaskError(f"{self.task_id}: grade before start")
         self._gen = None
         try:
-            workspace = await self._workspace()
+            workspace = None if self._plan.workspace is None else await self._workspace()
             second = await self._send(gen, payload)
         except Exception as exc:
             await _close(gen, self.task_id)  # e.g. parse_answer raised: teardown still runs
@@ -121,7 +121,7 @@ class TaskRunner:
         try:
             result = await self._score(second)
         finally:
-            await _close(gen, self.task_id)
+            await _close(gen, self.template.id)
         return result if workspace is None else {**result, "workspace": workspace.to_wire()}
 
     async def _workspace(self) -> WorkspaceDiff | None:
@@ -164,7 +164,7 @@ class TaskRunner:
             return _ENDED
 
     async def _score(self, second: Any) -> dict[str, Any]:
-        plan, task_id = self._plan, self.task_id
+        plan, task_id = self._plan, self.template.id
         if second is _ENDED:
             if plan.rewards:
                 return await compose(task_id, plan, self._ctx, None)
