@@ -70,6 +70,37 @@ def test_response_framing() -> None:
     assert not parse_response_head(b"HTTP/1.1 200 OK\r\nConnection: close").keep_alive()
 
 
+@pytest.mark.parametrize(
+    "fields, length",
+    [
+        ("Content-Length: 12", 12),
+        ("Content-Length: 0012", 12),
+        ("Content-Length: 5\r\ncontent-length: 5", 5),  # the same length twice
+        ("Content-Length: 5, 5", 5),
+        ("X-A: 1", None),
+    ],
+)
+def test_request_lengths(fields: str, length: int | None) -> None:
+    head = parse_request_head(f"POST / HTTP/1.1\r\n{fields}".encode())
+    assert (head.chunked, head.length) == (False, length)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        "Content-Length: 5\r\nContent-Length: 6",
+        "Content-Length: 5, 6",
+        "Content-Length: +5",
+        "Content-Length: \xb2",  # a digit to str.isdigit, not to HTTP
+        "Content-Length: " + "9" * 19,
+        "Content-Length: 5\r\nTransfer-Encoding: chunked",
+    ],
+)
+def test_bad_request_lengths(fields: str) -> None:
+    with pytest.raises(ParseError):
+        parse_request_head(f"POST / HTTP/1.1\r\n{fields}".encode("latin-1"))
+
+
 chunked_bodies = st.tuples(
     st.lists(st.binary(min_size=1, max_size=40), max_size=8),
     st.lists(st.tuples(tokens, values.map(str.strip)), max_size=3),

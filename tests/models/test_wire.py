@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from proctor._http import HttpClient, SSEEvent, SSEParser
 from proctor.models import ToolCall, Usage
-from proctor.models._wire import StreamAccumulator, check_response, parse_response, usage_from
+from proctor.models._wire import (
+    StreamAccumulator,
+    check_response,
+    checked,
+    parse_response,
+    usage_from,
+)
 from proctor.testing import FakeModelServer, FakeToolCall, Fault, Reply
 
 # -- usage ----------------------------------------------------------------------------
@@ -151,6 +157,15 @@ def test_parse_chat_text_parts_and_empty_arguments() -> None:
 def test_check_chat(body: Any, problem: str | None) -> None:
     result = check_response("chat", body)
     assert result is None if problem is None else problem in (result or "")
+
+
+def test_checked_hands_back_the_answer_or_the_problem() -> None:
+    answer = checked("chat", chat({"role": "assistant", "content": "hi"}))
+    assert not isinstance(answer, str) and answer.content == "hi"
+    assert checked("chat", {"choices": []}) == "no choices"
+    promised = {"choices": [{"message": {"role": "assistant"}, "finish_reason": "tool_calls"}]}
+    assert checked("chat", promised) == check_response("chat", promised)
+    assert "has none" in str(checked("chat", promised))
 
 
 def test_check_requires_a_known_tool_call_when_asked() -> None:
