@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,27 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compose"
 TASK = EXAMPLE / "stock-task"
 
 
+# HarborRuntime's images: the task's own, and with proctor layered on (a new one for
+# each proctor source edit: those the module made are removed after it).
+REPOSITORIES = ("localhost/proctor-harbor-task", "localhost/proctor-harbor")
+
+
+def _images() -> set[str]:
+    argv = ["podman", "images", "-q", *(f"--filter=reference={r}" for r in REPOSITORIES)]
+    return set(subprocess.run(argv, capture_output=True, text=True, check=False).stdout.split())
+
+
 @pytest.fixture(scope="module")
-def base(image: str) -> str:
+def base(image: str) -> Iterator[str]:
     """The example's base image (this machine's Python and bash), built by base.py."""
     spec = importlib.util.spec_from_file_location("compose_example_base", EXAMPLE / "base.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return str(module.build_base("podman"))
+    before = _images()
+    yield str(module.build_base("podman"))
+    if made := _images() - before:
+        subprocess.run(["podman", "rmi", "-f", *made], capture_output=True, check=False)
 
 
 def _services() -> list[str]:
