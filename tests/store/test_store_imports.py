@@ -29,7 +29,8 @@ def test_readers_do_not_load_the_runner(module: str) -> None:
 
 def test_the_store_loads_only_the_leaves() -> None:
     ours = {m for m in _loaded("proctor.store") if m.startswith("proctor.")}
-    assert {m for m in ours if not m.startswith("proctor.store")} == {
+    # (the names load lazily: importing the package alone may not need `_errors` yet)
+    assert {m for m in ours if not m.startswith("proctor.store")} <= {
         "proctor._errors",
         "proctor._public",
     }

@@ -73,9 +73,11 @@ class Journal:
         self._witnessed = _index.get_records_end(self._db)
         self._reader: sqlite3.Connection | None = None
         self._reader_lock = threading.Lock()
-        # The rollouts given a record by this writer: in a directory it created, no
-        # other rollout has one, so a recorder asks the index only about these.
+        # The rollouts given a record by this writer: when no other rollout has one (a
+        # directory it created, or reopened before any began), a recorder asks the
+        # index only about these.
         self._written: set[str] = set()
+        self._recorded_before = False
         self._reopened = False
 
     def event(self, type: str, **data: Any) -> None:
@@ -129,8 +131,8 @@ class Journal:
     def _load_record(self, rid: str, legacy: str) -> tuple[dict[str, Any], bool]:
         """The rollout's current record ({} when none) and whether it came from its own
         file `legacy` (the layout before segments)."""
-        if not self._reopened and rid not in self._written:
-            return {}, False  # (a directory this writer created has no record files)
+        if not self._recorded_before and rid not in self._written:
+            return {}, False
         where = self._location(rid)
         if where is not None:
             return read_line(self._rollouts, where, rid) or {}, False

@@ -49,6 +49,12 @@ _SNAPSHOT = (
 _EVENT_COLUMNS = frozenset(_index.COLUMNS) - {"id"}
 
 
+def _began_any(db: sqlite3.Connection) -> bool:
+    """Whether any rollout began (only one that did can have a record)."""
+    sql = "SELECT 1 FROM rollouts WHERE status IS NOT 'queued' LIMIT 1"
+    return db.execute(sql).fetchone() is not None
+
+
 class BatchStore(Journal):
     """The output directory of one batch, open for writing.
 
@@ -235,10 +241,12 @@ class BatchStore(Journal):
                 )
                 warn(f"{root}/index.sqlite: {damage}; moved to {moved}, rebuilt from events.jsonl")
             store._replay(warn)
+            store._recorded_before = True  # (what the checks below write is read back)
             _recover.check_records(store, warn)
             if torn:
                 store.event("recovered", file="events.jsonl", torn_bytes=torn)
             store.flush()
+            store._recorded_before = _began_any(store._db)
         except BaseException:
             store._close_handles(keep_lock=True)
             raise
