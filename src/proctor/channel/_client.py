@@ -39,7 +39,7 @@ from ._framing import MAX_FRAME, LineBuffer, ParseError, decode, encode
 from ._memory import StreamProtocol
 from ._messages import INTERRUPTED, INVALID_REQUEST, request_frame, result_frame
 from ._reads import BufferedReads
-from ._session import DirectCall, Refusal, _Session
+from ._session import DirectCall, _Refusal, _Session
 from ._splice import Pipe, host_port
 from ._tunnel import TunnelClient, tcp_route
 
@@ -108,7 +108,7 @@ class EnvClient(AsyncResource):
         link = _LocalLink(self, server)
         try:
             link.session = self._session = server.open_session(link, self._token)
-        except Refusal as exc:
+        except _Refusal as exc:
             refused = (exc.code, exc.message, exc.data)
         else:
             return
@@ -203,7 +203,7 @@ class EnvClient(AsyncResource):
                 self._busy = True
             try:
                 return await self._here(method, params)
-            except Refusal as exc:
+            except _Refusal as exc:
                 refused = (exc.code, exc.message, exc.data)
             finally:
                 if not overtake:
@@ -264,7 +264,7 @@ class EnvClient(AsyncResource):
         limit) as they would on a socket.
 
         Raises:
-            Refusal: the session's error answer.
+            _Refusal: the session's error answer.
         """
         if self._closed:
             raise ChannelClosed(f"{method}: client is closed")

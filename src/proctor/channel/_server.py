@@ -32,7 +32,7 @@ from ._messages import (
     error_frame,
     result_frame,
 )
-from ._session import Link, Parked, Refusal, _Session, quiet_cancel
+from ._session import Link, Parked, _Refusal, _Session, quiet_cancel
 from ._splice import Pipe, dial
 
 __all__ = ["DEFAULT_PARK_TTL", "MAX_FIRST_FRAME", "EnvServer", "LocalLink"]
@@ -188,12 +188,12 @@ class EnvServer:
 
         Raises:
             ConnectionRefusedError: the server is closed.
-            Refusal: the token is wrong.
+            _Refusal: the token is wrong.
         """
         if self._closed:
             raise ConnectionRefusedError("server is closed")
         if not self.token_ok(token):
-            raise Refusal(INVALID_REQUEST, "unauthorized: a valid token is required")
+            raise _Refusal(INVALID_REQUEST, "unauthorized: a valid token is required")
         self._connections.add(link)
         return _Session(self, link, live=False)
 

@@ -8,7 +8,7 @@ task it holds, and parks that task when its connection goes away mid-task.
 Frames arrive through `feed` and each call's answer leaves as a frame, the task calls
 running in tasks of their own. An in-process client calls `direct` instead: the same
 methods and checks, run in the caller's task, the result handed back as its JSON (what
-the frame would carry) and an error answer raised as a `Refusal`.
+the frame would carry) and an error answer raised as a `_Refusal`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ._messages import (
     result_frame,
 )
 
-__all__ = ["DirectCall", "Link", "Parked", "Refusal", "SessionHost", "quiet_cancel"]
+__all__ = ["DirectCall", "Link", "Parked", "SessionHost", "quiet_cancel"]
 
 log = logging.getLogger("proctor.channel")
 
@@ -57,7 +57,7 @@ class Parked:
         self.weight = weight
 
 
-class Refusal(Exception):
+class _Refusal(Exception):
     """A call's error answer (`code`, `message`, `data`), raised where it is decided."""
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
@@ -255,7 +255,7 @@ class _Session:
             return
         try:
             out = self._dispatch(rid, method, params)
-        except Refusal as refused:
+        except _Refusal as refused:
             self.error(rid, refused.code, refused.message, refused.data)
             return
         if type(out) is CoroutineType:
@@ -269,16 +269,16 @@ class _Session:
         """Run the method's handler: its result, or the coroutine that computes it.
 
         Raises:
-            Refusal: the error to answer.
+            _Refusal: the error to answer.
         """
         if self.call is not None and method not in _CONTROL:
-            raise Refusal(INVALID_REQUEST, f"{method}: a task call is still running")
+            raise _Refusal(INVALID_REQUEST, f"{method}: a task call is still running")
         handler = _HANDLERS.get(method)
         if handler is None:
-            raise Refusal(METHOD_NOT_FOUND, f"method not found: {method}")
+            raise _Refusal(METHOD_NOT_FOUND, f"method not found: {method}")
         try:
             return handler(self, rid, params)
-        except Refusal:
+        except _Refusal:
             raise
         except Exception as exc:  # e.g. a template whose schema cannot be built
             raise self._failure(method, exc) from None
@@ -287,7 +287,7 @@ class _Session:
         """A task call's answer, sent as a frame (then, after `bye`, the close)."""
         try:
             result = await call
-        except Refusal as refused:
+        except _Refusal as refused:
             self.error(rid, refused.code, refused.message, refused.data)
             return
         self.reply(rid, result)
@@ -300,7 +300,7 @@ class _Session:
         `params` have crossed JSON already; `size` is what their frame would weigh.
 
         Raises:
-            Refusal: the error answer (a call interrupted by a cancel: `INTERRUPTED`).
+            _Refusal: the error answer (a call interrupted by a cancel: `INTERRUPTED`).
         """
         self.request_bytes = size
         out = self._dispatch(_NOTIFY, method, params)
@@ -327,7 +327,7 @@ class _Session:
         except TypeError as exc:
             message = f"result is not JSON-serializable: {exc}"
             self._replied(len(message) + _REPLY_ENVELOPE)
-            raise Refusal(TASK_ERROR, message) from None
+            raise _Refusal(TASK_ERROR, message) from None
         self._replied(len(data) + _REPLY_ENVELOPE)
         if method == "bye":
             self.conn.close()
@@ -339,17 +339,17 @@ class _Session:
         sid, given = params.get("session_id"), params.get("resume_token")
         if sid is not None and sid != self._id:
             if not isinstance(sid, str) or not isinstance(given, str | None):
-                raise Refusal(INVALID_PARAMS, "hello: session_id and resume_token are strings")
+                raise _Refusal(INVALID_PARAMS, "hello: session_id and resume_token are strings")
             server = self.server
             # The same answer for an unknown id and a wrong token: nothing is learnt.
             if not server.resumable(sid, given):
-                raise Refusal(INVALID_REQUEST, f"hello: unknown session {sid} or wrong token")
+                raise _Refusal(INVALID_REQUEST, f"hello: unknown session {sid} or wrong token")
             if server.is_live(sid):
-                raise Refusal(
+                raise _Refusal(
                     INVALID_REQUEST, f"hello: session {sid} is still live on another connection"
                 )
             if self.runner is not None:
-                raise Refusal(INVALID_REQUEST, "hello: this session already holds a task")
+                raise _Refusal(INVALID_REQUEST, "hello: this session already holds a task")
             parked = server.unpark(sid)
             self.runner, self.task_bytes = parked.runner, parked.weight
             self._resume_token = parked.resume_token
@@ -373,10 +373,10 @@ class _Session:
         if args is None:
             args = {}
         if not isinstance(task_id, str) or not isinstance(args, dict):
-            raise Refusal(INVALID_PARAMS, "tasks.start: need {id: str, args?: object}")
+            raise _Refusal(INVALID_PARAMS, "tasks.start: need {id: str, args?: object}")
         template = self.server.env.tasks.get(task_id)
         if template is None:
-            raise Refusal(INVALID_PARAMS, f"tasks.start: unknown task {task_id!r}")
+            raise _Refusal(INVALID_PARAMS, f"tasks.start: unknown task {task_id!r}")
         try:
             runner = TaskRunner(template, args)
         except Exception as exc:
@@ -389,9 +389,9 @@ class _Session:
             parked = self.server.parked_ids()
             if not parked or not self.server.legacy_resume:
                 # Exactly HUD's text: `hud task grade --url` starts the task on it.
-                raise Refusal(INVALID_REQUEST, "no task in progress")
+                raise _Refusal(INVALID_REQUEST, "no task in progress")
             if len(parked) > 1:  # HUD's legacy answer names them, as HUD's server does
-                raise Refusal(
+                raise _Refusal(
                     INVALID_REQUEST,
                     f"tasks.grade: {len(parked)} parked tasks ({', '.join(parked)}); "
                     "resume one with hello {session_id}",
@@ -402,7 +402,7 @@ class _Session:
     def solve(self, rid: Any, params: dict[str, Any]) -> Coroutine[Any, Any, Any]:
         runner = self.runner
         if runner is None:
-            raise Refusal(INVALID_REQUEST, "no task in progress")
+            raise _Refusal(INVALID_REQUEST, "no task in progress")
         return self._solve(rid, runner)
 
     def cancel(self, rid: Any, params: dict[str, Any]) -> Any:
@@ -414,7 +414,7 @@ class _Session:
         return self._interrupt({"goodbye": True})
 
     def tunnel_in_session(self, rid: Any, params: dict[str, Any]) -> None:
-        raise Refusal(INVALID_REQUEST, "tunnel.open: only valid as a connection's first frame")
+        raise _Refusal(INVALID_REQUEST, "tunnel.open: only valid as a connection's first frame")
 
     # -- async calls ------------------------------------------------------------------
 
@@ -431,7 +431,7 @@ class _Session:
 
     def _interrupt(self, result: dict[str, Any]) -> Coroutine[Any, Any, Any]:
         if self.call is not None and self.call_rid is _BUSY_CONTROL:
-            raise Refusal(INVALID_REQUEST, "a cancel is already running")
+            raise _Refusal(INVALID_REQUEST, "a cancel is already running")
         return self._stop(self.call, result)
 
     async def _stop(self, prior: Call | None, result: dict[str, Any]) -> dict[str, Any]:
@@ -441,7 +441,7 @@ class _Session:
     async def _settle(self, prior: Call | None) -> None:
         """Interrupt the running call (it answers its own error), then close the task."""
         if isinstance(prior, DirectCall):
-            prior.interrupt(Refusal(TASK_ERROR, INTERRUPTED))
+            prior.interrupt(_Refusal(TASK_ERROR, INTERRUPTED))
             await prior.wait()
         elif prior is not None and not prior.done():
             prior.cancel()
@@ -486,7 +486,7 @@ class _Session:
             raise self._failure(runner.task_id, exc) from None
         return {"answer": answer}
 
-    def _failure(self, what: str, exc: Exception) -> Refusal:
+    def _failure(self, what: str, exc: Exception) -> _Refusal:
         """The answer to a failure: a `TaskError` as it is, anything else as a crash of
         `what`.
 
@@ -501,12 +501,12 @@ class _Session:
             data = _traceback_data(exc.__cause__)
             if exc.phase is not None:
                 data = {**(data or {}), "phase": exc.phase}
-            return Refusal(TASK_ERROR, message, data)
+            return _Refusal(TASK_ERROR, message, data)
         # the environment's code is at fault, not the client's request
         message = redact(f"{what}: {type(exc).__name__}: {exc}")
         data = _traceback_data(exc)
         log.error("%s crashed\n%s", what, message if data is None else data["traceback"])
-        return Refusal(TASK_ERROR, message, data)
+        return _Refusal(TASK_ERROR, message, data)
 
     def detach(self) -> None:
         """The connection is gone: park a suspended task, drop everything else."""
