@@ -13,7 +13,10 @@ every turn, and this load generator (proctor's own lean HTTP client, keep-alive)
 rollout makes `--turns` sequential chat completions with a growing history (the reply and
 a new user message appended each turn). Each run through one of proctor's proxies
 starts with fresh sessions (the last run's closed, their traces dropped, as a batch
-hands them on), so later runs do not pay for a heap holding every earlier turn. At each
+hands them on), so later runs do not pay for a heap holding every earlier turn. A direct
+row's CPU is the client's and the upstream's: at C=200, where every process competes for
+the cores, a proxy row reaches about direct CPU / (direct CPU + proxy CPU) of its rate,
+which a verdict line prints. At each
 concurrency every mode runs back to back, direct first, so their figures are comparable
 on a noisy machine: each proxy's row gives its req/s and p50 as ratios to the direct
 row of the same run, with the load average and a bare-process baseline
@@ -183,7 +186,8 @@ def measure(args: argparse.Namespace, levels: list[int]) -> tuple[list[Any], dic
             for c in levels:
                 for i in range(args.repeat):  # each proxy first in turn: no order bias
                     order = peers[i % len(peers) :] + peers[: i % len(peers)]
-                    rows.append((c, run_level(runner, args, str(up["url"]), order, c)))
+                    got = run_level(runner, args, (str(up["url"]), upstream.pid), order, c)
+                    rows.append((c, got))
     finally:
         for p in procs:
             p.terminate()
@@ -192,12 +196,21 @@ def measure(args: argparse.Namespace, levels: list[int]) -> tuple[list[Any], dic
 
 
 def run_level(
-    runner: asyncio.Runner, args: argparse.Namespace, direct: str, peers: list[Any], c: int
+    runner: asyncio.Runner,
+    args: argparse.Namespace,
+    direct: tuple[str, int],
+    peers: list[Any],
+    c: int,
 ) -> dict[str, dict[str, float]]:
     """Every mode once at concurrency `c`, back to back, direct first (the proxies in the
-    order given; the table lists them in their usual order)."""
+    order given; the table lists them in their usual order). `direct` is the upstream's
+    URL and pid: the direct row's CPU is this client's and the upstream's."""
     rollouts = args.rollouts_c1 if c == 1 else c * 2
-    got = {"direct": runner.run(load(direct, ["x"], c, rollouts, args.turns))}
+    url, pid = direct
+    cpu0 = cpu_seconds(pid) + time.process_time()
+    got = {"direct": runner.run(load(url, ["x"], c, rollouts, args.turns))}
+    spent = cpu_seconds(pid) + time.process_time() - cpu0
+    got["direct"]["proxy_cpu_us"] = spent / got["direct"]["requests"] * 1e6
     for peer in peers:
         name, proc, url, secrets = peer
         cpu0 = cpu_seconds(proc.pid)
@@ -251,7 +264,7 @@ def table(rows: list[Any]) -> list[str]:
             via = mode != "direct"
             times = f"{r['rps'] / direct['rps']:>7.2f}x" if via else f"{'-':>8}"
             added = f"{r['p50_ms'] - direct['p50_ms']:>8.3f}" if via else f"{'-':>8}"
-            cpu = f"{r['proxy_cpu_us']:>11.0f} us" if via else ""
+            cpu = f"{r['proxy_cpu_us']:>11.0f} us" if via else f"({r['proxy_cpu_us']:.0f} us)"
             lines.append(
                 f"{c:>4} {mode:<10} {r['requests']:>8.0f} {r['rps']:>8.0f} {times} "
                 f"{r['p50_ms']:>8.3f} {added} {r['p99_ms']:>8.3f} {cpu:>14}"
@@ -278,6 +291,14 @@ def verdicts(rows: list[Any]) -> list[str]:
                     f"{added['verifiers']:.3f} ms p50"
                 )
         lines.append(line)
+        path, spent = got["direct"]["proxy_cpu_us"], got["proctor"]["proxy_cpu_us"]
+        if c > 1:  # CPU-bound: the proxy's CPU is taken from the client's and upstream's
+            lines.append(
+                f"C={c} the proxy spends {spent / path:.2f}x the CPU per request of the direct "
+                f"path (client + upstream, {path:.0f} us): with every process on "
+                f"{os.cpu_count()} busy cores, the proxy row can reach about "
+                f"{path / (path + spent):.2f}x direct"
+            )
         if "before" in got:
             now, then = got["proctor"], got["before"]
             lines.append(
@@ -340,7 +361,8 @@ def main() -> None:
         print(f"verdicts: medians of {args.repeat} interleaved runs")
     print("\n".join(verdicts(rows)))
     print(
-        "\nx direct: req/s over the direct row of the same level; +p50: p50 minus direct's. "
+        "\nx direct: req/s over the direct row of the same level; +p50: p50 minus direct's; "
+        "CPU/req in brackets on a direct row: this client's and the upstream's. "
         "Each proxy runs in a process of its own, with the same sessions and load."
     )
 
