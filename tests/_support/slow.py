@@ -27,8 +27,11 @@ SLOW: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "examples/test_math_example.py": ("uv builds the math example's script venvs (18 s)", ()),
     "placement/test_placement.py": (
-        "a python_image with the example and a container (10 s)",
-        ("test_a_harness_in_a_container_fixes_the_file_the_task_gave_it",),
+        "python_image, a Harbor task image and containers (10-20 s)",
+        (
+            "test_a_harness_in_a_container_fixes_the_file_the_task_gave_it",
+            "test_a_harness_in_a_harbor_task_s_own_container_solves_it",
+        ),
     ),
     "placement/test_placement_cli.py": (
         "a python_image, a batch in a container and the dashboard (18 s)",

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
+import re
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -13,12 +17,16 @@ import pytest
 
 from proctor import rollout
 from proctor.agents import CommandAgent
+from proctor.importers import HarborRuntime, harbor_tasks
 from proctor.proxy import InterceptionProxy, Upstream
 from proctor.runtimes import ContainerRuntime, LocalRuntime, SandboxRuntime, python_image
 from proctor.testing import FakeModelServer, Reply
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "placement"
 HARNESS = EXAMPLE / "harness.py"
+RUNC = "/usr/sbin/runc"  # crun fails on these hosts' cgroups (as in tests/importers)
+OCI_RUNTIME = RUNC if os.path.exists(RUNC) else None
+HARBOR_IMAGES = ("localhost/proctor-harbor-task", "localhost/proctor-harbor")
 SENTINEL = "sk-proj-FAKE99placementsentinel"
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -194,3 +202,54 @@ async def test_a_placed_harness_past_its_deadline_is_stopped_and_the_rollout_fai
         )
     assert run.status == "failed"
     assert run.error is not None and run.error.phase == "agent"
+
+
+def _libraries(binary: str) -> list[str]:
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    return [part for line in out.splitlines() for part in line.split() if part.startswith("/")]
+
+
+def _images() -> set[str]:
+    found: set[str] = set()
+    for repository in HARBOR_IMAGES:
+        argv = ["podman", "images", "-q", "--filter", f"reference={repository}"]
+        found |= set(subprocess.run(argv, capture_output=True, text=True).stdout.split())
+    return found
+
+
+@pytest.fixture
+def harbor_images() -> Iterator[None]:
+    """Podman, and the Harbor task images the test builds removed after it (each
+    proctor source edit makes new ones)."""
+    if shutil.which("podman") is None:
+        pytest.skip("needs podman")
+    before = _images()
+    yield
+    if made := _images() - before:
+        subprocess.run(["podman", "rmi", "-f", *made], capture_output=True, check=False)
+
+
+@pytest.mark.usefixtures("harbor_images")
+async def test_a_harness_in_a_harbor_task_s_own_container_solves_it(tmp_path: Path) -> None:
+    bash = shutil.which("bash")
+    assert bash is not None
+    base = await asyncio.to_thread(
+        python_image,
+        engine="podman",
+        distributions=(),
+        paths=[bash, *_libraries(bash)],
+        repository="localhost/proctor-harbor-test-base",  # the importer tests' base too
+    )
+    task = shutil.copytree(EXAMPLE / "harbor-task", tmp_path / "harbor-task")
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(re.sub(r"(?m)^FROM .*$", f"FROM {base}", dockerfile.read_text()))
+    (row,) = harbor_tasks(task)
+    async with (
+        FakeModelServer(_replies()) as fake,
+        InterceptionProxy(Upstream(fake.url)) as proxy,
+        HarborRuntime(engine="podman", oci_runtime=OCI_RUNTIME) as runtime,
+    ):
+        run = await rollout(row, _harness(), runtime=runtime, proxy=proxy)
+    assert run.status == "completed", run.error
+    assert run.reward == 1.0  # Harbor's own tests/test.sh, in the container
+    assert run.answer == "done"

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "hello world" > /tmp/workspace/notes.txt
