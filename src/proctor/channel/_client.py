@@ -37,9 +37,9 @@ from .._urls import unix_path, with_unix_path
 from ..env import Capability
 from ._framing import MAX_FRAME, LineBuffer, ParseError, decode, encode
 from ._memory import StreamProtocol
-from ._messages import INTERRUPTED, INVALID_REQUEST, request_frame, result_frame
+from ._messages import INTERRUPTED, INVALID_REQUEST, request_frame
 from ._reads import BufferedReads
-from ._session import DirectCall, _Refusal, _Session
+from ._session import _REPLY_ENVELOPE, DirectCall, _Refusal, _Session
 from ._splice import Pipe, host_port
 from ._tunnel import TunnelClient, tcp_route
 
@@ -112,6 +112,7 @@ class EnvClient(AsyncResource):
             refused = (exc.code, exc.message, exc.data)
         else:
             return
+        link.client = None  # no cycle left behind by a refused client
         raise _refused(*refused)
 
     @property
@@ -590,7 +591,6 @@ def _refused(code: int, message: str, data: Any) -> RemoteError:
 
 
 _REQUEST_ENVELOPE = len(request_frame(0, "", {})) - len(b"{}\n")  # a request frame's own bytes
-_REPLY_ENVELOPE = len(result_frame(0, None)) - len(b"null\n")
 
 
 def dialer_for(target: str | EnvServer) -> tuple[Dialer, str]:
