@@ -12,10 +12,10 @@ returns the screenshot after it: the same action-to-frame round trip as proctor'
 `act([click])`, without a tunnel (the agent dials x11vnc directly).
 
 `threads`: x11vnc as documented, asked by asyncvnc (full, non-incremental update requests
-only), served every frame of a connection as the screen was when it connected (Debian's
-x11vnc 0.9.16: 0 of 19 frames changed, and none 3 s after a click, while `xwd` showed
-each click drawn; a new connection saw them). With `-threads` x11vnc polls the screen on
-its own and each frame shows the clicks before it; both are measured.
+only), can serve a stale copy of the screen: on a quiet machine (Debian's x11vnc 0.9.16)
+0 of 19 frames changed, nor 3 s after a click, while `xwd` showed each click drawn and a
+new connection saw them; under load most frames did change. With `-threads` x11vnc
+polls the screen on its own and the frames show the clicks; both are measured.
 Each round trip's frame is compared with the one before: `fresh` counts those that differ.
 
 Sections (each in a fresh interpreter, `_common.main`): `frames` (one desktop, N round
@@ -42,7 +42,6 @@ if not os.environ.get("PROCTOR_BENCH_SCRUBBED"):
 
 import asyncio  # noqa: E402
 import base64  # noqa: E402
-import itertools  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
@@ -192,26 +191,25 @@ async def _agent(desktop: Desktop, frames: int, seed: int) -> dict[str, Any]:
     tool = ClaudeComputerTool(spec=ClaudeComputerTool.default_spec("bench"), client=client)
     rng = random.Random(seed)
     samples: list[float] = []
-    results = []
+    sizes: list[int] = []
+    fresh, last = 0, None
     try:
         for i in range(frames + WARMUP):
             point = [rng.randrange(desktop.width), rng.randrange(desktop.height)]
             t0 = time.perf_counter()
             got = await tool.execute({"action": "left_click", "coordinate": point})
-            if i >= WARMUP - 1:  # the last warm-up frame is the first one compared
-                samples.append(time.perf_counter() - t0)
-                results.append(got)
+            elapsed = time.perf_counter() - t0
+            if got.isError:
+                raise RuntimeError(f"HUD click failed: {got.content}")
+            frame = got.content[0].data  # base64 PNG; only the last one is kept
+            if i >= WARMUP:
+                samples.append(elapsed)
+                sizes.append(len(base64.b64decode(frame)))
+                fresh += frame != last
+            last = frame
     finally:
         await client.close()
-    for got in results:
-        if got.isError:
-            raise RuntimeError(f"HUD click failed: {got.content}")
-    frames_b64 = [got.content[0].data for got in results]
-    return {
-        "samples": samples[1:],
-        "sizes": [len(base64.b64decode(data)) for data in frames_b64[1:]],
-        "fresh": sum(a != b for a, b in itertools.pairwise(frames_b64)),
-    }
+    return {"samples": samples, "sizes": sizes, "fresh": fresh}
 
 
 def _desktops(p: dict[str, Any], n: int) -> list[Desktop]:

@@ -25,10 +25,13 @@ under the peers python, hud==0.6.21, each section in a fresh interpreter with a 
 environment as `bench/rollouts.py` does): the same Tk canvas on its own Xvfb, served by
 x11vnc on 127.0.0.1 as HUD's docs start it, and HUD's `ClaudeComputerTool` (an `RFBTool`
 on `RFBClient`) doing the same click-to-PNG round trips, memory after the same frames
-and the same concurrency. x11vnc as documented serves the screen as it was when the
-client connected (see `_hud_computer.py`), so HUD is measured twice: as documented, and
-with `x11vnc -threads`, whose frames show the clicks; the ratios are against the latter.
-`fresh_%`: the share of frames that differ from the one before (each click draws a box).
+and the same concurrency. x11vnc as documented can serve a stale screen to HUD's client
+(see `_hud_computer.py`), so HUD is measured twice: as documented, and with `x11vnc
+-threads`, whose frames show the clicks; the ratio table has both, the memory and
+concurrency comparisons use `-threads`. `fresh_%`: the share of frames that differ from
+the one before (each click draws a box); a frame taken before the app redrew equals the
+last one too, so it falls when the app lags the round trip (proctor's `settle_ms` waits
+for that), and on HUD's documented rows when x11vnc's copy is stale.
 Without x11vnc or the peers python, HUD's rows say what is missing.
 
 Only local sockets are used. The load average before and after and the cores are
