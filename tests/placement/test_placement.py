@@ -128,6 +128,16 @@ async def test_a_runtime_that_cannot_host_the_harness_fails_the_rollout_saying_s
     assert "placement='jail'" in run.error.message
 
 
+async def test_a_harness_needing_a_capability_the_environment_lacks_is_not_started() -> None:
+    env = _example()
+    agent = CommandAgent(["true"], needs={"capabilities": ["shell", "browser"]})
+    run = await rollout(env.fix_typo(), agent, runtime=LocalRuntime(env.env))
+    assert run.status == "failed" and run.error is not None
+    assert run.error.message == (
+        "the harness needs capabilities browser; the environment declares shell"
+    )
+
+
 def test_a_placement_is_jail_or_substrate_and_ship_needs_the_substrate() -> None:
     with pytest.raises(ValueError, match="placement must be"):
         CommandAgent(["x"], placement="box")  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.agents import CommandAgent
-from proctor.batch import BatchConfig
+from proctor.batch import BatchConfig, aexecute
 from proctor.batch._plan_placement import placement_problems
 from proctor.batch._setup import _agent as build_agent
 
@@ -68,3 +68,35 @@ def test_a_batch_entry_builds_a_placed_harness_with_its_shipped_file() -> None:
     assert agent.placement == "substrate"
     assert agent.ship == [EXAMPLE / "harness.py"]
     assert agent.needs.capabilities == ("shell",)
+
+
+async def test_the_plan_refuses_a_batch_whose_harness_needs_what_the_tasks_lack(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "needs.toml"
+    config.write_text(
+        f"""\
+name = "needs"
+max_concurrent = 1
+expected_rollouts = 1
+
+[taskset]
+source = "{EXAMPLE / "env.py"}"
+
+[runtime]
+kind = "subprocess"
+
+[[agents]]
+kind = "command"
+name = "placed"
+argv = ["{{python}}", "{EXAMPLE / "harness.py"}"]
+model = "openai/gpt-4.1-mini@http://127.0.0.1:9/v1"
+placement = "substrate"
+needs = {{ capabilities = ["shell", "browser"] }}
+"""
+    )
+    result = await aexecute(config, tmp_path / "out", skip_model_check=True)
+    assert not result.launched and result.plan is not None
+    reason = result.plan.check("substrate").reason
+    assert "agent 'placed': placement 'substrate': runtime 'subprocess' cannot host" in reason
+    assert not (tmp_path / "out").exists()

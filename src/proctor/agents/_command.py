@@ -187,6 +187,7 @@ class CommandAgent:
     async def __call__(self, run: Run) -> None:
         prompt = run.prompt
         stdin = prompt.encode() if isinstance(prompt, str) else orjson.dumps(prompt)
+        self._check_needs(run)
         t0 = time.time()
         if self.placement == "substrate":
             code, out, err = await self._placed(run, stdin)
@@ -220,6 +221,22 @@ class CommandAgent:
         value = self._parse(out, strict=True)
         run.trace.content = value
         run.trace.add("assistant", value, start=t0, exit_code=0, stderr=stderr)
+
+    def _check_needs(self, run: Run) -> None:
+        """The capabilities the harness needs, against those the environment declared.
+
+        Raises:
+            RolloutError: one is missing (named, with those there are).
+        """
+        if not self.needs.capabilities or run.client is None or run.client.manifest is None:
+            return
+        declared = sorted(cap.name for cap in run.client.manifest.bindings)
+        missing = sorted(set(self.needs.capabilities) - set(declared))
+        if missing:
+            raise RolloutError(
+                f"the harness needs capabilities {', '.join(missing)}; the environment "
+                f"declares {', '.join(declared) or 'none'}"
+            )
 
     async def _placed(self, run: Run, stdin: bytes) -> tuple[int | None, bytes, bytes]:
         entry = run.substrate

@@ -4,7 +4,9 @@ A `command` agent's `placement` and `needs` (`CommandAgent(placement=, needs=)`)
 the runtime and the task set, before anything launches: `substrate` needs a runtime
 that can host a harness (a cold sandbox, a container), `needs.network` a substrate with
 a network beyond loopback, `needs.image` every task's container image, `needs.api` the
-model's API family, `needs.capabilities` the environment's capabilities.
+model's API family, `needs.capabilities` the environment's capabilities (known when
+the plan started the environment to ask it: a container or URL runtime; the agent
+checks them again at each rollout's start).
 """
 
 from __future__ import annotations

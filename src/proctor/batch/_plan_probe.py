@@ -64,7 +64,6 @@ def _environment(
         "version": env.version,
         "templates": sorted(env.tasks),
         "group_rewards": [reward.name for reward in env.group_rewards],
-        "capabilities": sorted(cap.name for cap in env.capabilities),
         "row_problems": problems,
     }
 
