@@ -753,3 +753,18 @@ def test_the_batch_package_still_gives_the_store_names_it_exported() -> None:
     old += ["read_events", "read_state", "read_batch"]
     for name in old:
         assert getattr(proctor.batch, name) is getattr(pstore, name), name
+
+
+def test_read_record_follows_an_index_rebuilt_under_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    [a, b] = _assignments(2)
+    with BatchStore.create(out, {}) as store:
+        store.add_assignments([a, b])
+        _trivial(store, a, reward=0.25)
+    assert pstore.read_record(out, a.rollout_id)["reward"] == 0.25  # (its connection held)
+    for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
+        (out / name).unlink(missing_ok=True)
+    with BatchStore.open(out) as store:  # a new index file, rebuilt from the events
+        _trivial(store, b, reward=0.75)
+    assert pstore.read_record(out, b.rollout_id)["reward"] == 0.75
+    assert pstore.read_record(out, a.rollout_id)["reward"] == 0.25

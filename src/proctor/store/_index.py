@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ __all__ = [
     "location",
     "location_fields",
     "read",
+    "read_held",
 ]
 
 _T = TypeVar("_T")
@@ -217,16 +219,7 @@ def read(path: str | os.PathLike[str], fn: Callable[[sqlite3.Connection], _T]) -
     Raises:
         StoreError: no `index.sqlite` (or a link); `CorruptIndexError`: a damaged one.
     """
-    root = os.fspath(path)
-    file = os.path.join(root, "index.sqlite")
-    try:
-        regular = stat.S_ISREG(os.lstat(file).st_mode)
-    except OSError:
-        regular = False
-    if not regular:
-        raise StoreError(
-            f"{root} has no index.sqlite (links are not followed): not a batch output directory"
-        )
+    root, file, _ = _index_file(path)
     try:
         db = connect(file, write=False)
         try:
@@ -234,9 +227,57 @@ def read(path: str | os.PathLike[str], fn: Callable[[sqlite3.Connection], _T]) -
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
-        if not is_corrupt(exc):
-            raise
-        raise CorruptIndexError(
-            f"{file} is damaged ({exc}): `proctor batch --resume {root}` or "
-            f"`proctor batch report {root}` rebuilds it"
-        ) from None
+        raise _damaged(root, file, exc) from None
+
+
+def read_held(path: str | os.PathLike[str], fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    """`read`, on a read-only connection kept open for the directory while its index is
+    the same file: for a reader called once per rollout (`read_record`), whose query
+    costs far less than opening a connection. Each call still sees the last commit."""
+    root, file, key = _index_file(path)
+    with _HELD_LOCK:
+        held = _HELD.pop(file, None)
+        if held is not None and held[0] != key:  # replaced (rebuilt): open the new one
+            held[1].close()
+            held = None
+        try:
+            if held is None:
+                held = (key, connect(file, write=False))
+            value = fn(held[1])
+        except sqlite3.DatabaseError as exc:
+            if held is not None:
+                held[1].close()
+            raise _damaged(root, file, exc) from None
+        _HELD[file] = held  # (most recent last)
+        while len(_HELD) > _HOLD:
+            _HELD.pop(next(iter(_HELD)))[1].close()
+        return value
+
+
+_HELD: dict[str, tuple[tuple[int, int, int], sqlite3.Connection]] = {}
+_HELD_LOCK = threading.Lock()
+_HOLD = 4
+
+
+def _index_file(path: str | os.PathLike[str]) -> tuple[str, str, tuple[int, int, int]]:
+    root = os.fspath(path)
+    file = os.path.join(root, "index.sqlite")
+    try:
+        st = os.lstat(file)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise StoreError(
+            f"{root} has no index.sqlite (links are not followed): not a batch output directory"
+        )
+    # (the change time too: a file deleted and made again may get the same inode)
+    return root, file, (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+def _damaged(root: str, file: str, exc: sqlite3.DatabaseError) -> Exception:
+    if not is_corrupt(exc):
+        return exc
+    return CorruptIndexError(
+        f"{file} is damaged ({exc}): `proctor batch --resume {root}` or "
+        f"`proctor batch report {root}` rebuilds it"
+    )

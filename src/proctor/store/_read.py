@@ -133,7 +133,7 @@ def read_record(
     folder = os.path.join(os.fspath(path), "rollouts")
     if attempt is None:
         check_id(rollout_id)
-        loc = _index.read(path, lambda db: _index.location(db, rollout_id))
+        loc = _index.read_held(path, lambda db: _index.location(db, rollout_id))
         if loc is not None:
             return read_line(folder, loc, rollout_id) or {}
         return load_record(os.path.join(folder, f"{rollout_id}.json"))
@@ -149,7 +149,7 @@ def locate_record(path: str | os.PathLike[str], rollout_id: str) -> tuple[str, i
     Raises:
         StoreError: `path` has no index, or a damaged one (`--resume` rebuilds it).
     """
-    loc = _index.read(path, lambda db: _index.location(db, rollout_id))
+    loc = _index.read_held(path, lambda db: _index.location(db, rollout_id))
     return None if loc is None else (segment_name(loc[0]), loc[1], loc[2])
 
 
