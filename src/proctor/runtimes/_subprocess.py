@@ -67,7 +67,7 @@ class SubprocessRuntime(Runtime, AsyncResource):
 
     Warm pool (`warm=N`, Linux): N zygote processes each import proctor and `source`
     once; each rollout's child is forked from one of them on request (a few ms, where
-    a fresh interpreter importing proctor costs ~200), runs the initialize hooks,
+    a fresh interpreter serving costs ~100, asyncio ~40 of it), runs the initialize hooks,
     serves on its own port and exits when the rollout ends: a fresh process and fresh
     state per rollout, walled from the others (its own user, pid and mount namespaces:
     private /proc, /tmp and HOME; it is pid 1 there, so signals it sends itself are
