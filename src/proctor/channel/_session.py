@@ -78,9 +78,6 @@ class DirectCall:
         self.reason: BaseException | None = None
         self.waiters: list[asyncio.Future[None]] | None = None
 
-    def done(self) -> bool:
-        return self.task is None
-
     def interrupt(self, reason: BaseException) -> None:
         """Cancel the call (once) unless it ended; the first reason given stands."""
         if self.task is not None and self.reason is None:
