@@ -263,3 +263,32 @@ async def test_a_harness_in_a_harbor_task_s_own_container_solves_it(tmp_path: Pa
     assert run.status == "completed", run.error
     assert run.reward == 1.0  # Harbor's own tests/test.sh, in the container
     assert run.answer == "done"
+
+
+_SEQUENTIAL = r"""
+import json, os, urllib.request
+answers = set()
+for i in range(270):  # a fresh connection each: more than the relay holds at once
+    req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as response:
+        answers.add(json.load(response)["choices"][0]["message"]["content"])
+print(json.dumps(sorted(answers)))
+"""
+
+
+@needs_bwrap
+async def test_connections_the_harness_closed_are_released() -> None:
+    env = _example()
+    agent = CommandAgent(["{python}", "-c", _SEQUENTIAL], placement="substrate", answer="json")
+    async with (
+        FakeModelServer(lambda _: Reply("ok")) as fake,
+        InterceptionProxy(Upstream(fake.url)) as proxy,
+        SandboxRuntime(EXAMPLE / "env.py") as runtime,
+    ):
+        run = await rollout(env.fix_typo(), agent, runtime=runtime, proxy=proxy)
+    assert run.status == "completed", run.error
+    assert run.answer == ["ok"]
+    assert len(fake.requests) == 270

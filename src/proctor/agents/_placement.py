@@ -34,6 +34,7 @@ __all__ = ["Entry", "Placed", "run_placed"]
 
 _BOOT = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.argv[1])),'proctor-placed','exec'))"
 SETUP, DATA, EOF, CLOSE, OPEN, OUT, EXIT = range(1, 8)
+_ANSWERED = 0  # in a connection's inbox only: the proxy's side ended
 _HEADER = struct.Struct(">BII")
 _MAX_FRAME = 1 << 20  # the init sends at most 64 KiB a frame
 _MAX_CONNS = 256
@@ -200,18 +201,24 @@ class _Relay:
         """Join connection `cid` to `target`: its frames there, the answers back."""
         writer: asyncio.StreamWriter | None = None
         back: asyncio.Task[None] | None = None
+        ended: set[int] = set()  # EOF (from the harness), _ANSWERED (from the proxy)
         try:
             reader, writer = await asyncio.open_connection(*target)
-            back = asyncio.ensure_future(self._back(cid, reader))
+            back = asyncio.ensure_future(self._back(cid, reader, inbox))
             while True:
                 kind, data = await inbox.get()
                 if kind == DATA:
                     writer.write(data)
                     await writer.drain()
-                elif kind == EOF and writer.can_write_eof():
-                    writer.write_eof()
                 elif kind == CLOSE:
                     break
+                elif kind in (EOF, _ANSWERED):
+                    if kind == EOF and writer.can_write_eof():
+                        writer.write_eof()
+                    ended.add(kind)
+                    if len(ended) == 2:  # both ways done: the init lets go of it too
+                        self._send(CLOSE, cid)
+                        break
         except OSError:
             self._send(CLOSE, cid)
         finally:
@@ -221,14 +228,19 @@ class _Relay:
             if writer is not None:
                 writer.close()
 
-    async def _back(self, cid: int, reader: asyncio.StreamReader) -> None:
+    async def _back(
+        self, cid: int, reader: asyncio.StreamReader, inbox: asyncio.Queue[tuple[int, bytes]]
+    ) -> None:
+        """The proxy's bytes to the init; its end as EOF there and `_ANSWERED` here."""
         try:
             while data := await reader.read(1 << 16):
                 self._send(DATA, cid, data)
                 await self._drain()
             self._send(EOF, cid)
+            inbox.put_nowait((_ANSWERED, b""))
         except OSError:
             self._send(CLOSE, cid)
+            inbox.put_nowait((CLOSE, b""))
 
     def _send(self, kind: int, cid: int, data: bytes = b"") -> None:
         stdin = self.proc.stdin

@@ -79,9 +79,20 @@ class Mux:
                 cid, self.next_id = self.next_id, self.next_id + 1
                 outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
                 self.conns[cid] = (conn, outbox)
+            down = (cid, conn, outbox)
+            try:
+                threading.Thread(target=self.downstream, args=down, daemon=True).start()
+            except RuntimeError:  # no thread to spare (the processes limit counts them)
+                with self.lock:
+                    self.conns.pop(cid, None)
+                conn.close()
+                continue
             self.send(OPEN, cid, str(index).encode())
-            threading.Thread(target=self.upstream, args=(cid, conn), daemon=True).start()
-            threading.Thread(target=self.downstream, args=(cid, conn, outbox), daemon=True).start()
+            try:
+                threading.Thread(target=self.upstream, args=(cid, conn), daemon=True).start()
+            except RuntimeError:
+                self.send(CLOSE, cid)
+                outbox.put(None)
 
     def upstream(self, cid: int, conn: socket.socket) -> None:
         """The harness's bytes to the driver; its half-close as EOF, a reset as CLOSE."""
