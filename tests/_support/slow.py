@@ -34,8 +34,8 @@ SLOW: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "placement/test_placement_cli.py": (
-        "a python_image, a batch in a container and the dashboard (18 s)",
-        ("test_a_batch_places_the_harness_in_each_container_and_the_dashboard_shows_it",),
+        "proctor run in child processes, a python_image, a container batch (5-18 s)",
+        (),
     ),
     "importers/test_cli_foreign.py": (
         "verifiers and Inspect interpreters from the CLI (11-29 s)",
