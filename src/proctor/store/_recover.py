@@ -137,6 +137,8 @@ def _restate_rows(store: Journal) -> int:
         rest = {k: v for k, v in row.items() if v is not None}
         if None not in where:
             rest["record"] = where
+            # (the lines up to here are witnessed again; a reopen reads those after)
+            store._witnessed = max(store._witnessed, (where[0], where[1] + where[2]))
         if rest.get("status", "queued") != "queued":
             lines += store._encode({"t": now, "type": "rollout", "id": rid, **rest})
         if len(lines) >= 1 << 20:
