@@ -150,7 +150,8 @@ class CommandAgent:
         ]
 
     def __repr__(self) -> str:
-        return f"CommandAgent({self.argv!r})"
+        where = ", placement='substrate'" if self.placement == "substrate" else ""
+        return f"CommandAgent({self.argv!r}{where})"
 
     def environ(self, run: Run) -> dict[str, str]:
         """The harness's environment for `run` (unjailed, `HOME` and `TMPDIR` are added
