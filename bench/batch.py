@@ -29,7 +29,11 @@ CPU per rollout` (target <= 1.5x). With `--inspect`, Inspect (`.venv-inspect`) r
 the same prompts (`mockllm/model`, `generate()`, `match()`; at most `INSPECT_SAMPLES`
 of them) and `bytes on disk per rollout vs Inspect's .eval log bytes per sample`
 compares the output folder's allocated bytes with the `.eval` log's (target <= 1x).
-`--profile N` runs one batch of N under cProfile (main thread) and prints the top 25
+`--same-runner` measures recording alone: `proctor run` (one runner, `RecordedRollouts`)
+on the same rows with `--output-dir` and with `--no-record`, each at `SAME_RUNNER_SIZES`,
+and prints the marginal CPU per rollout of each (the difference between the two sizes
+over the rollouts between them: interpreter start and imports cancel out) and their
+ratio. `--profile N` runs one batch of N under cProfile (main thread) and prints the top 25
 functions by own time.
 
 Budgets (the batch issue): at least 500 rollouts/s at 10,000 on 2 cores with everything
@@ -67,6 +71,19 @@ BUDGET_ALLOCATED = 8000
 BUDGET_FLAT = 1.5
 BUDGET_RECORDED = 1.5
 INSPECT_SAMPLES = 500
+SAME_RUNNER_SIZES = (1000, 5000)
+
+TASKS = """
+import os
+
+from agent import solve as agent
+from env import bench, echo
+from proctor import Taskset
+
+__all__ = ["agent", "bench", "tasks"]
+
+tasks = Taskset("bench", [echo(text=f"hello {i}") for i in range(int(os.environ["BENCH_N"]))])
+"""
 INSPECT_PYTHON = ROOT / ".venv-inspect" / "bin" / "python"
 
 INSPECT = """
@@ -416,6 +433,40 @@ def ratios(rows: list[dict[str, Any]], inspect: dict[str, Any] | None) -> list[s
     return ["ratios:", *lines] if lines else []
 
 
+def same_runner(args: argparse.Namespace) -> list[str]:
+    """`proctor run` with and without recording: marginal CPU per rollout, and the ratio."""
+    parent = Path(tempfile.mkdtemp(prefix="bench-same-runner-", dir=args.dir))
+    try:
+        ws = workspace(parent / "ws", 1, args.concurrency)
+        (ws / "tasks.py").write_text(TASKS.lstrip())
+        cpu: dict[tuple[str, int], float] = {}
+        for n in SAME_RUNNER_SIZES:
+            for mode in ("recorded", "unrecorded"):
+                print(f"proctor run, {n:,} rollouts ({mode}) ...", file=sys.stderr, flush=True)
+                out = ["--output-dir", str(parent / f"out-{n}")]
+                cmd = [str(Path(sys.executable).with_name("proctor")), "run", "tasks.py"]
+                cmd += ["--max-concurrent", str(args.concurrency)]
+                cmd += out if mode == "recorded" else ["--no-record"]
+                env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BENCH_N": str(n)}
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                subprocess.run(cmd, check=True, cwd=ws, env=env, capture_output=True)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[mode, n] = (after.ru_utime + after.ru_stime) - (
+                    before.ru_utime + before.ru_stime
+                )
+    finally:
+        if not args.keep:
+            shutil.rmtree(parent, ignore_errors=True)
+    lo, hi = SAME_RUNNER_SIZES
+    per = {m: (cpu[m, hi] - cpu[m, lo]) / (hi - lo) * 1e3 for m in ("recorded", "unrecorded")}
+    ratio = per["recorded"] / per["unrecorded"]
+    what = (
+        f"proctor run {lo:,} -> {hi:,}: recorded / unrecorded CPU per rollout {ratio:.2f}x "
+        f"({per['recorded']:.3f} vs {per['unrecorded']:.3f} ms, marginal) (<= {BUDGET_RECORDED}x)"
+    )
+    return ["same runner:", _verdict(ratio <= BUDGET_RECORDED, what)]
+
+
 def _load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -426,6 +477,9 @@ def main() -> None:
     p.add_argument("--sizes", default="1000,10000,100000")
     p.add_argument("--baseline", action="store_true", help="also run without recording")
     p.add_argument("--inspect", action="store_true", help="compare bytes with Inspect's log")
+    p.add_argument(
+        "--same-runner", action="store_true", help="proctor run with and without recording"
+    )
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--profile", type=int, metavar="N", help="profile one batch of N instead")
     p.add_argument("--dir", default=tempfile.gettempdir(), help="parent of the temp folders")
@@ -455,6 +509,8 @@ def main() -> None:
         print(f"Inspect, {n:,} samples ...", file=sys.stderr, flush=True)
         inspect = run_inspect(n, args.dir)
     report = [*table(rows), "budgets:", *verdicts(rows), *overhead(rows), *ratios(rows, inspect)]
+    if args.same_runner:
+        report += same_runner(args)
     report.append(f"load average before: {load0}; after: {_load()}; cores: {os.cpu_count()}")
     print("\n".join(report))
     if args.json:
