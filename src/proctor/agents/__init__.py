@@ -14,6 +14,7 @@ __all__ = [
     "ComputerStats",
     "FunctionAgent",
     "JudgeEndpoint",
+    "Needs",
     "Run",
     "RunStatus",
     "ScriptedAgent",
@@ -36,6 +37,7 @@ _EXPORTS = {
     "ComputerStats": "._computer_agent",
     "FunctionAgent": "._agent",
     "JudgeEndpoint": "._run",
+    "Needs": "._placement_needs",
     "Run": "._run",
     "RunStatus": "._run",
     "ScriptedAgent": "._agent",
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from ._agent import Agent, FunctionAgent, ScriptedAgent, agent_from_fn
     from ._command import CommandAgent
     from ._computer_agent import ComputerAgent, ComputerStats
+    from ._placement_needs import Needs
     from ._run import JudgeEndpoint, Run, RunStatus
     from ._run_tools import run_tools
     from ._tool_agent import ToolAgent

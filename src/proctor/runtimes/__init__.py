@@ -18,6 +18,7 @@ __all__ = [
     "RuntimeLike",
     "SandboxRuntime",
     "SubprocessRuntime",
+    "SubstrateEntry",
     "UrlRuntime",
     "find_environment",
     "python_image",
@@ -34,6 +35,7 @@ _EXPORTS = {
     "RuntimeLike": "._base",
     "SandboxRuntime": "._sandbox",
     "SubprocessRuntime": "._subprocess",
+    "SubstrateEntry": "._enter",
     "UrlRuntime": "._base",
     "find_environment": "._local",
     "python_image": "._image",
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from ._base import Endpoint, Runtime, RuntimeLike, UrlRuntime
     from ._compose import ComposeRuntime
     from ._container import ContainerRuntime, ContainerSpec
+    from ._enter import SubstrateEntry
     from ._image import python_image
     from ._local import LocalRuntime, find_environment
     from ._ray import RayRuntime
