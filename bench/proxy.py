@@ -22,6 +22,9 @@ on a noisy machine: each proxy's row gives its req/s and p50 as ratios to the di
 row of the same run, with the load average and a bare-process baseline
 (`_common.baseline`) printed beside the table.
 
+The `relay` row is the floor: `bench/_proxy_relay.py` forwards bodies and answers on the
+same HTTP server and client, and does nothing else.
+
 `--before DIR` adds a `before` row: the same proxy script run on another checkout's
 `src/` (say `git worktree add /tmp/proxy-old HEAD~1`), to measure what a change costs in
 the same run; `--budgets` gives every session token and cost budgets too large to
@@ -141,13 +144,15 @@ def verifiers_python(given: str | None) -> tuple[str | None, str]:
 def proxies(
     args: argparse.Namespace, upstream: str, sessions: int
 ) -> list[tuple[str, list[str], dict[str, str] | None]]:
-    """(mode, argv, env) of each proxy to measure: proctor's, the `--before` checkout's,
-    then verifiers' when present."""
+    """(mode, argv, env) of each proxy to measure: proctor's, the bare relay (the floor),
+    the `--before` checkout's, then verifiers' when present."""
     tail = ["--upstream", upstream, "--sessions", str(sessions)]
     ours = [*tail, *(["--uvloop"] if args.loop == "uvloop" else [])]
     ours += ["--budgets"] if args.budgets else []
     server = [sys.executable, str(BENCH / "_proxy_server.py"), *ours]
     found: list[tuple[str, list[str], dict[str, str] | None]] = [("proctor", server, None)]
+    relay = [sys.executable, str(BENCH / "_proxy_relay.py"), "--upstream", upstream]
+    found.append(("relay", relay + (["--uvloop"] if args.loop == "uvloop" else []), None))
     if args.before is not None:
         env = {**os.environ, "PYTHONPATH": str(Path(args.before, "src").resolve())}
         found.append(("before", server, env))
@@ -217,12 +222,12 @@ def run_level(
         via = runner.run(load(url, secrets, c, rollouts, args.turns))
         via["proxy_cpu_us"] = (cpu_seconds(proc.pid) - cpu0) / via["requests"] * 1e6
         got[name] = via
-        if name != "verifiers":  # the next run starts with fresh sessions, as a batch would
+        if name in ("proctor", "before"):  # the next run starts with fresh sessions
             peer[3] = next_sessions(proc)
     return {"direct": got["direct"], **{name: got[name] for name in MODES if name in got}}
 
 
-MODES = ("proctor", "before", "verifiers")
+MODES = ("proctor", "relay", "before", "verifiers")
 
 
 def next_sessions(proc: subprocess.Popen[bytes]) -> list[str]:
@@ -299,6 +304,12 @@ def verdicts(rows: list[Any]) -> list[str]:
                 f"{os.cpu_count()} busy cores, the proxy row can reach about "
                 f"{path / (path + spent):.2f}x direct"
             )
+        relay = got["relay"]
+        lines.append(
+            f"C={c} the bare relay on the same HTTP layer (no parsing, budgets or recording) "
+            f"reaches {relay['rps'] / got['direct']['rps']:.2f}x direct at "
+            f"{relay['proxy_cpu_us']:.0f} us/req: the floor of any proxy on it"
+        )
         if "before" in got:
             now, then = got["proctor"], got["before"]
             lines.append(
