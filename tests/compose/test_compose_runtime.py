@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 from proctor import RuntimeLaunchError, rollout
 from proctor.records import Task
 from proctor.runtimes import ComposeRuntime
+from proctor.testing import RUNTIME_CHECKS, check_runtime, conformance_env
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compose"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
@@ -139,4 +143,39 @@ services:
     bring_up.cancel()
     with pytest.raises(asyncio.CancelledError):
         await bring_up
+    assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []
+
+
+@pytest.fixture
+def conformance_folder(image: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short folder (Unix socket paths are short) made the default for `tempfile`,
+    where the checker's markers go: it holds a Compose file of `main` and a sidecar,
+    and is mounted at the same path in `main`."""
+    folder = Path(tempfile.mkdtemp(prefix="pc-", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    (folder / "compose.yaml").write_text(
+        f"""
+services:
+  sidecar:
+    image: {image}
+    command: python -c "import time; time.sleep(600)"
+    stop_grace_period: 0s
+  main:
+    image: {image}
+    volumes: ["./:{folder}"]
+    depends_on: [sidecar]
+"""
+    )
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_passes_the_conformance_suite(
+    conformance_folder: Path, options: dict[str, Any]
+) -> None:
+    compose = conformance_folder / "compose.yaml"
+    runtime = ComposeRuntime(compose, conformance_env.SOURCE, **options)
+    report = await check_runtime(runtime, conformance_env.echo(text="hello"))
+    assert report.notes == []  # markers seen: tasks closed and shutdown hooks ran
+    assert report.checks == list(RUNTIME_CHECKS)
     assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []

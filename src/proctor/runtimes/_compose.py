@@ -32,6 +32,7 @@ log = logging.getLogger("proctor.runtimes.compose")
 _LIMIT_FLAGS = (("cpus", "--cpus"), ("memory", "--memory"), ("pids", "--pids-limit"))
 _LOG_TAIL = 20  # lines of a failed service's output quoted in the error
 _ENV_TIMEOUT = 60.0  # seconds an engine command (network, rm, exec, ...) may take
+_GIVE_UP = 1.0  # seconds an engine client cut short gets to give up on SIGTERM
 
 
 class ComposeRuntime(Runtime, AsyncResource):
@@ -348,6 +349,10 @@ class _Project:
                 errors.append(f"rm {service}: {result!r}")
             elif result[0] != 0 and "no such container" not in result[2].lower():
                 errors.append(f"rm {service}: {result[2].strip()}")
+        try:  # what a creation cut short registered only after its removal
+            await self._sweep()
+        except RuntimeLaunchError as exc:
+            errors.append(str(exc))
         if self.network:
             try:
                 await _remove_network(exe, self.network_name)
@@ -355,6 +360,13 @@ class _Project:
                 errors.append(str(exc))
         if errors:
             raise RuntimeLaunchError(f"project {self.id}: " + "; ".join(errors))
+
+    async def _sweep(self) -> None:
+        """Remove every container labelled with this project still there."""
+        exe, label = self.runtime._exe, f"--filter=label=proctor.rollout={self.id}"
+        left = (await self._engine([*exe, "ps", "-a", "-q", label], "ps")).split()
+        if left:
+            await self._engine([*exe, "rm", "-f", "-t", "0", *left], "rm")
 
     def _run_argv(self, service: Service) -> list[str]:
         options = self.runtime._options
@@ -508,6 +520,12 @@ async def _run(
             async with asyncio.timeout(limit):
                 code = await proc.wait()
         except BaseException:
+            # SIGTERM first: a client creating a container gives up and cleans up;
+            # one killed outright can leave it half-made (`down` sweeps such).
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), _GIVE_UP)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
