@@ -25,8 +25,9 @@ RunStatus = Literal["pending", "running", "completed", "failed"]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JudgeEndpoint:
-    """An OpenAI-compatible endpoint the task's graders may call (an interception-proxy
-    session opened for the grading phase only); `api_key` is that session's secret."""
+    """An OpenAI-compatible endpoint the task's code may call (an interception-proxy
+    session: the judge's, open for the grading phase only, or the user model's, open
+    from `tasks.start` on); `api_key` is that session's secret."""
 
     base_url: str
     api_key: str = dataclasses.field(repr=False)
@@ -91,6 +92,7 @@ class Run:
         "substrate",
         "task",
         "trace",
+        "user",
         "verifier_trace",
         "workspace",
     )
@@ -124,6 +126,8 @@ class Run:
         self.substrate: Any = None
         self.stop_reason: str | None = None
         self.judge: JudgeEndpoint | None = None
+        # The run's user model (a proxy session), sent as `user` with `tasks.start`.
+        self.user: JudgeEndpoint | None = None
         self.actor_grade: Grade | None = None
         self.verifier_trace: Trace | None = None
         self.group_rewards: dict[str, float] = {}
@@ -231,10 +235,12 @@ class Run:
         return cap
 
     async def start(self) -> None:
-        """Send `tasks.start` and record the prompt (the engine calls this)."""
+        """Send `tasks.start` (with the `user` endpoint when the engine opened one)
+        and record the prompt (the engine calls this)."""
         t0 = time.time()
         client = self.client if self.client is not None else self._live()
-        result = await client.start_task(self.task.id, self.task.args)
+        extra = {} if self.user is None else {"user": self.user.to_params()}
+        result = await client.start_task(self.task.id, self.task.args, **extra)
         if not isinstance(result, dict):
             raise ProtocolError(f"tasks.start returned {type(result).__name__}, not an object")
         self.start_result = result

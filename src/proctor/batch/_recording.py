@@ -154,14 +154,16 @@ class Recording:
 
     def _usage(self) -> dict[str, Any]:
         """Usage and cost: the proxy's turns when there was one, else the trace's; a
-        judge's turns (on the trace only) count either way."""
+        judge's and a user model's turns (on the trace only) count either way."""
         if not self.turns and self.base_turns == 0:
             usage, cost = self.run.usage, self.run.cost
             return {"usage": usage or None, "cost": cost}
         judged = [
             (step.data.get("usage") or {}, step.data.get("cost"))
             for step in self.run.trace.steps
-            if step.kind == "model_turn" and step.data and step.data.get("judge")
+            if step.kind == "model_turn"
+            and step.data
+            and (step.data.get("judge") or step.data.get("user"))
         ]
         usage, cost = _sum([(self.base_usage, self.base_cost), *self.turns.values(), *judged])
         return {"usage": usage, "cost": cost}
@@ -223,6 +225,11 @@ def _trace(run: Run) -> dict[str, Any]:
     return _trace_dict(run.trace, drop_requests=True)
 
 
+def _on_trace_only(data: dict[str, Any]) -> bool:
+    """A judge's or a user model's turn: recorded on the trace alone, request and all."""
+    return bool(data.get("judge") or data.get("user"))
+
+
 def _trace_dict(trace: Trace, *, drop_requests: bool = False) -> dict[str, Any]:
     """`Trace.to_dict()` without its copy: the steps' values are handed to the encoder
     as they are (orjson writes a dataclass among them by its fields, as `asdict` did),
@@ -230,7 +237,7 @@ def _trace_dict(trace: Trace, *, drop_requests: bool = False) -> dict[str, Any]:
     steps = []
     for s in trace.steps:
         data = s.data
-        if drop_requests and s.kind == "model_turn" and data and not data.get("judge"):
+        if drop_requests and s.kind == "model_turn" and data and not _on_trace_only(data):
             data = {k: v for k, v in data.items() if k != "request"}
         steps.append(
             {"kind": s.kind, "content": s.content, "data": data, "start": s.start, "end": s.end}

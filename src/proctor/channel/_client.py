@@ -156,9 +156,13 @@ class EnvClient(AsyncResource):
             raise ProtocolError(f"{self.url}: tasks.list result has no list of tasks")
         return tasks
 
-    async def start_task(self, task_id: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run a task to its first yield; returns `{prompt, ...}`."""
-        return await self._call_object("tasks.start", {"id": task_id, "args": args or {}})
+    async def start_task(
+        self, task_id: str, args: dict[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """Run a task to its first yield; returns `{prompt, ...}`. `extra` are further
+        params (`user`: the run's user model endpoint)."""
+        params = {"id": task_id, "args": args or {}, **extra}
+        return await self._call_object("tasks.start", params)
 
     async def grade(self, answer: Any = None, **extra: Any) -> dict[str, Any]:
         """Send the answer and return the evaluation `{score, ...}`."""

@@ -375,7 +375,7 @@ class _Session:
         if template is None:
             raise _Refusal(INVALID_PARAMS, f"tasks.start: unknown task {task_id!r}")
         try:
-            runner = TaskRunner(template, args)
+            runner = TaskRunner(template, args, user=params.get("user"))
         except Exception as exc:
             raise self._failure(task_id, exc) from None
         return self._start(rid, runner, self.request_bytes)

@@ -18,6 +18,7 @@ from ..channel import connect
 from ..records import RunError
 from ._deadline import Clock, Span
 from ._timeouts import Timeouts
+from ._users import open_user_model
 from ._watch import SubstrateWatch
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ async def rollout(
     limits: ModelLimits | None = None,
     launch_retries: int = 0,
     judge: InterceptionProxy | None = None,
+    user: InterceptionProxy | None = None,
 ) -> Run:
     """Run one task end to end and return its `Run`, graded or failed.
 
@@ -76,6 +78,10 @@ async def rollout(
         judge: an interception proxy for the task's graders: a session on it is open
             for the grading phase only, sent as `judge` when the task needs one; its
             turns land on the trace marked `data["judge"] = True` (and in `run.cost`).
+        user: an interception proxy for the task's simulated users (`ModelUser`): when
+            the environment serves a `user` capability, a session on it is open from
+            `tasks.start` (sent as its `user` param) to teardown; its turns land on the
+            trace marked `data["user"] = True` (and in `run.cost`).
 
     Returns:
         The run: `completed` with a grade, or `failed` with the phase that failed.
@@ -93,6 +99,7 @@ async def rollout(
         limits=limits,
         launch_retries=launch_retries,
         judge=judge,
+        user=user,
     )
 
 
@@ -127,6 +134,7 @@ async def execute_run(
     adopt: Adoption | None = None,
     judge: InterceptionProxy | None = None,
     observers: Sequence[RolloutObserver] = (),
+    user: InterceptionProxy | None = None,
 ) -> Run:
     """`rollout()` on a `Run` the caller made, its events told to `observers` (a batch
     records it; a distributed executor reports its phase).
@@ -145,7 +153,7 @@ async def execute_run(
     try:
         try:
             with clock.scope(deadlines.rollout):
-                stack, died = await _launch(phases, runtime, deadlines, launch_retries, adopt)
+                stack, died = await _launch(phases, runtime, deadlines, launch_retries, adopt, user)
                 live = stack
                 await _act(phases, agent, deadlines, stack, proxy, limits, died)
                 await _grade(phases, deadlines, stack, judge, runtime)
@@ -191,7 +199,12 @@ class _Phases:
 
 
 async def _launch(
-    phases: _Phases, runtime: RuntimeLike, limits: Timeouts, retries: int, adopt: Adoption | None
+    phases: _Phases,
+    runtime: RuntimeLike,
+    limits: Timeouts,
+    retries: int,
+    adopt: Adoption | None,
+    user: InterceptionProxy | None = None,
 ) -> tuple[AsyncExitStack, asyncio.Future[str] | None]:
     """Bring up a substrate, connect and start the task; on a launch failure, tear it
     down and try a fresh one, at most `retries` more times. Returns the live stack and
@@ -206,7 +219,7 @@ async def _launch(
             if adopt is not None:
                 await _adopt(phases, adopt, limits, stack)
                 return stack, None
-            return stack, await _provision(phases, runtime, limits, stack)
+            return stack, await _provision(phases, runtime, limits, stack, user)
         except Exception as exc:
             if attempt > retries or adopt is not None or not _relaunchable(run, exc):
                 await _abandon(run, stack, limits.teardown)
@@ -234,7 +247,11 @@ def _relaunchable(run: Run, exc: Exception) -> bool:
 
 
 async def _provision(
-    phases: _Phases, runtime: RuntimeLike, limits: Timeouts, stack: AsyncExitStack
+    phases: _Phases,
+    runtime: RuntimeLike,
+    limits: Timeouts,
+    stack: AsyncExitStack,
+    user: InterceptionProxy | None = None,
 ) -> asyncio.Future[str] | None:
     run = phases.run
     phases.enter("provisioning")
@@ -246,6 +263,8 @@ async def _provision(
         run.client = await stack.enter_async_context(
             connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
         )
+    if user is not None:  # before tasks.start, which carries its endpoint
+        open_user_model(run, user, stack)
     with phases.enter("starting", limits.start):
         await run.start()
     return endpoint.died

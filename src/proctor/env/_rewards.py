@@ -9,6 +9,7 @@ evaluated by the driver once every rollout of a group has ended.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import math
 import os
@@ -23,8 +24,10 @@ if TYPE_CHECKING:
     from ._workspace import Workspace
 
 __all__ = [
+    "CURRENT_EPISODE",
     "INJECTABLE",
     "Context",
+    "Episode",
     "GradeContext",
     "GroupMember",
     "GroupReward",
@@ -36,7 +39,18 @@ __all__ = [
 ]
 
 INJECTABLE = frozenset(
-    {"task", "answer", "prompt", "trace", "run", "stop_reason", "judge", "state", "workspace"}
+    {
+        "task",
+        "answer",
+        "prompt",
+        "trace",
+        "run",
+        "stop_reason",
+        "judge",
+        "state",
+        "workspace",
+        "dialogue",
+    }
 )
 """Names every injected function may take; capability names come on top."""
 
@@ -138,7 +152,7 @@ class Scoring:
 
     Every registered function may be sync or async; its parameters are injected by name
     (`task`, `answer`, `prompt`, `trace`, `run`, `stop_reason`, `judge`, `state`,
-    `workspace`, and each capability's name). A name that cannot be injected is a
+    `workspace`, `dialogue`, and each capability's name). A name that cannot be injected is a
     `TemplateError` now. `track_workspace` declares a folder whose changes during the
     agent phase are recorded.
     """
@@ -288,8 +302,34 @@ class Plan:
         return cls(setups, finalizers, rewards, metrics, solution, objects, needs, workspace)
 
 
+@dataclass(slots=True)
+class Episode:
+    """One task run's simulated users: the `user` endpoint params the driver sent with
+    `tasks.start` (a proxy session's URL and secret, never a provider key) and the
+    dialogues its template opened (`UserServer.open` adds them while the run starts)."""
+
+    user_model: Any = None
+    dialogues: list[Any] = field(default_factory=list)
+
+    def messages(self) -> list[Any]:
+        """Every dialogue's `Message`s, agent and user, in the order they were said."""
+        if len(self.dialogues) == 1:
+            return list(self.dialogues[0].messages)
+        return sorted((m for d in self.dialogues for m in d.messages), key=lambda m: m.at)
+
+
+CURRENT_EPISODE: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
+    "proctor_episode", default=None
+)
+"""The starting task run's `Episode`, set by its runner while setup and the template's
+body run (so `ModelUser` and `UserServer.open` find it)."""
+
+
 class Context:
-    """The values injected into one task run's functions; `state` lives as long as it."""
+    """The values injected into one task run's functions; `state` lives as long as it.
+
+    `dialogue` is the episode's conversation (`episode.messages()`), read when injected.
+    """
 
     def __init__(self, task: Callable[[], Any], objects: Mapping[str, Any]) -> None:
         self._task = task
@@ -305,6 +345,7 @@ class Context:
             "workspace": None,
         }
         self.judge_params: Any = None
+        self.episode = Episode()
 
     def graded(self, answer: Any, payload: Mapping[str, Any]) -> None:
         """Take in what `tasks.grade` carries: the parsed answer, trace, stop reason, judge."""
@@ -325,6 +366,8 @@ class Context:
             return self._task_value
         if name == "run":
             return self.grade_context()
+        if name == "dialogue":
+            return self.episode.messages()
         if name == "judge" and self.values["judge"] is None and self.judge_params:
             self.values["judge"] = _make_judge(self.judge_params)
         if name in self.values:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import TaskError
 from ..records import Grade
 from ._compose import compose, with_metrics
-from ._rewards import Context, Scorer
+from ._rewards import CURRENT_EPISODE, Context, Scorer
 from ._template import Template
 
 if TYPE_CHECKING:  # loaded only for a template that tracks a workspace (a cold child's start)
@@ -33,8 +33,9 @@ class TaskRunner:
 
     __slots__ = ("_before", "_ctx", "_gen", "_kwargs", "_plan", "template")
 
-    def __init__(self, template: Template, args: dict[str, Any]) -> None:
-        """Bind args now, so bad args fail before any task code runs.
+    def __init__(self, template: Template, args: dict[str, Any], *, user: Any = None) -> None:
+        """Bind args now, so bad args fail before any task code runs. `user` is the
+        `tasks.start` param naming the run's user model (see `ModelUser`).
 
         Raises:
             TaskError: unknown, missing or ill-typed args.
@@ -46,6 +47,7 @@ class TaskRunner:
         self._before: tuple[str, Snapshot] | None = None
         kwargs = self._kwargs  # not `self`: the closure would make a reference cycle
         self._ctx = Context(lambda: template.task_view(kwargs), self._plan.objects)
+        self._ctx.episode.user_model = user
 
     @property
     def task_id(self) -> str:
@@ -62,9 +64,13 @@ class TaskRunner:
                 early, or yielded no prompt.
         """
         plan = self._plan
-        if plan.setups:
-            await self._hooks(plan.setups, "setup")
-        frame = await self._first()
+        episode = CURRENT_EPISODE.set(self._ctx.episode)  # its users and dialogues
+        try:
+            if plan.setups:
+                await self._hooks(plan.setups, "setup")
+            frame = await self._first()
+        finally:
+            CURRENT_EPISODE.reset(episode)
         self._ctx.values["prompt"] = frame["prompt"]
         if plan.workspace is not None:
             root = plan.workspace.resolve()

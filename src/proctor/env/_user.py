@@ -48,6 +48,7 @@ import orjson
 from .._tempdirs import owned_tempdir
 from ._judge import Judge
 from ._line_protocol import BAD_REQUEST, FAILED, TOO_LARGE, _LineError, read_request
+from ._rewards import CURRENT_EPISODE
 
 __all__ = ["Dialogue", "Message", "ModelUser", "UserFn", "UserServer", "scripted"]
 
@@ -99,10 +100,17 @@ class ModelUser:
     the dialogue (the text before it is not sent). The model sees the dialogue with
     roles swapped: the agent's messages as `user`, its own as `assistant`.
 
+    Without `endpoint`, made while a task run starts (in the template's body or a
+    setup hook), it asks the run's user model: a proxy session the driver opened for
+    this rollout (`proctor run --user-model`, a batch's `user_model`), whose secret is
+    all the environment sees; its turns are priced on the run and marked
+    `data["user"]` on the trace.
+
     Args:
         persona: who the user is.
         goal: what the user wants from the conversation.
-        endpoint: where the model answers, or a function returning it when first asked.
+        endpoint: where the model answers, or a function returning it when first asked
+            (default: the run's user model).
         model: the model to ask (default: the endpoint's).
         stop: the marker the model writes when the user is done.
         max_turns: the dialogue ends after this many replies to the agent.
@@ -112,7 +120,7 @@ class ModelUser:
         self,
         persona: str,
         goal: str,
-        endpoint: Judge | Callable[[], Judge],
+        endpoint: Judge | Callable[[], Judge] | None = None,
         *,
         model: str | None = None,
         stop: str = "###DONE###",
@@ -121,6 +129,8 @@ class ModelUser:
         self.persona = persona
         self.goal = goal
         self.endpoint = endpoint
+        episode = CURRENT_EPISODE.get()
+        self._run_model: Any = None if episode is None else episode.user_model
         self.model = model
         self.stop = stop
         self.max_turns = max_turns
@@ -137,7 +147,7 @@ class ModelUser:
         """The user's next message, or None when the dialogue is over."""
         if sum(1 for m in messages if m.role == "agent") > self.max_turns:
             return None
-        endpoint = self.endpoint if isinstance(self.endpoint, Judge) else self.endpoint()
+        endpoint = self._endpoint()
         chat: list[dict[str, Any]] = [{"role": "system", "content": self.system_prompt()}]
         chat += [
             {"role": "user" if m.role == "agent" else "assistant", "content": m.text}
@@ -147,6 +157,19 @@ class ModelUser:
         if self.stop in text:
             return None
         return text.strip()
+
+    def _endpoint(self) -> Judge:
+        if isinstance(self.endpoint, Judge):
+            return self.endpoint
+        if self.endpoint is not None:
+            return self.endpoint()
+        endpoint = Judge.from_params(self._run_model) if self._run_model else None
+        if endpoint is None:
+            raise RuntimeError(
+                "ModelUser has no endpoint and the run has no user model: run with "
+                "`--user-model` (a batch: `user_model`), or pass endpoint="
+            )
+        return endpoint
 
 
 class Dialogue:
@@ -228,9 +251,15 @@ class UserServer:
         return f"unix://{os.path.join(self._dir, 'user.sock')}"
 
     def open(self, user: UserFn, *, opening: str | None = None) -> Dialogue:
-        """A new dialogue with `user`; `opening` is a first message from the user."""
+        """A new dialogue with `user`; `opening` is a first message from the user.
+
+        Opened while a task run starts, it is that run's: rewards naming `dialogue`
+        get its messages."""
         dialogue = Dialogue(user, opening=opening)
         self._dialogues[dialogue.id] = dialogue
+        episode = CURRENT_EPISODE.get()
+        if episode is not None:  # the `dialogue` rewards of this task run get it
+            episode.dialogues.append(dialogue)
         return dialogue
 
     def close(self, dialogue: Dialogue) -> None:

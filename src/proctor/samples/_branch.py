@@ -4,8 +4,8 @@ A branch is a run of model turns whose context only grows: each request's messag
 extend an earlier request of the branch and its response. A compaction (a shorter or
 rewritten history) or a sub-agent (an unrelated conversation) starts a new branch;
 a turn that extends an earlier branch again (the parent after its sub-agent returned)
-joins it. Judge turns (`data["judge"]`), failed turns and turns recorded without their
-request are not part of any branch.
+joins it. Judge turns (`data["judge"]`), a simulated user's model turns (`data["user"]`),
+failed turns and turns recorded without their request are not part of any branch.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ class ModelTurn:
     @classmethod
     def from_step(cls, step: Any, position: int = 0) -> ModelTurn | None:
         """The turn a trace step records (a `Step` or its dict form); None when the
-        step is not a usable model turn (another kind, a judge's, failed, or without
-        its request, as `ToolAgent` records its own turns)."""
+        step is not a usable model turn (another kind, a judge's or a simulated user's,
+        failed, or without its request, as `ToolAgent` records its own turns)."""
         kind, content, data = _step_fields(step)
-        if kind != "model_turn" or not isinstance(data, Mapping) or data.get("judge"):
+        if kind != "model_turn" or not isinstance(data, Mapping) or _not_the_policy(data):
             return None
         request = data.get("request")
         if not isinstance(request, Mapping) or data.get("error"):
@@ -196,3 +196,9 @@ def _text(content: Any) -> Any:
 
 def _json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
+
+
+def _not_the_policy(data: Mapping[str, Any]) -> bool:
+    """A turn some other model took: a judge's (`data["judge"]`) or a simulated user's
+    (`data["user"]`)."""
+    return bool(data.get("judge") or data.get("user"))
