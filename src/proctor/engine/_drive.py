@@ -17,6 +17,7 @@ from ..agents import JudgeEndpoint, Run
 from ..channel import connect
 from ..records import RunError
 from ._deadline import Clock, Span
+from ._held import Held
 from ._timeouts import Timeouts
 from ._users import open_user_model
 from ._watch import SubstrateWatch
@@ -149,7 +150,7 @@ async def execute_run(
     runtime = runtime if runtime is not None else default_runtime()
     phases = _Phases(run, observers, Clock(run, deadlines.shortest))
     clock = phases.clock
-    live: AsyncExitStack | None = None  # a launch that fails unwinds its own
+    live: Held | None = None  # a launch that fails unwinds its own
     try:
         try:
             with clock.scope(deadlines.rollout):
@@ -205,7 +206,7 @@ async def _launch(
     retries: int,
     adopt: Adoption | None,
     user: InterceptionProxy | None = None,
-) -> tuple[AsyncExitStack, asyncio.Future[str] | None]:
+) -> tuple[Held, asyncio.Future[str] | None]:
     """Bring up a substrate, connect and start the task; on a launch failure, tear it
     down and try a fresh one, at most `retries` more times. Returns the live stack and
     the substrate's `Endpoint.died`."""
@@ -214,7 +215,7 @@ async def _launch(
         raise ValueError("launch_retries must be >= 0")
     for attempt in range(1, retries + 2):
         run.launch_attempts = attempt
-        stack = AsyncExitStack()
+        stack = Held()
         try:
             if adopt is not None:
                 await _adopt(phases, adopt, limits, stack)
@@ -250,19 +251,21 @@ async def _provision(
     phases: _Phases,
     runtime: RuntimeLike,
     limits: Timeouts,
-    stack: AsyncExitStack,
+    stack: Held,
     user: InterceptionProxy | None = None,
 ) -> asyncio.Future[str] | None:
     run = phases.run
     phases.enter("provisioning")
-    endpoint = await stack.enter_async_context(runtime(run.task))
+    lease = runtime(run.task)
+    endpoint = await lease.__aenter__()
+    stack.lease = lease
     run.substrate = endpoint.entry
     # The phase deadline names "connecting" when it fires; connect() also stops by
     # itself after ready_timeout, with a ConnectTimeout saying what it last saw.
     with phases.enter("connecting", limits.connect):
-        run.client = await stack.enter_async_context(
-            connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
-        )
+        link = connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
+        run.client = await link.__aenter__()
+        stack.link = link
     if user is not None:  # before tasks.start, which carries its endpoint
         open_user_model(run, user, stack)
     with phases.enter("starting", limits.start):
@@ -270,20 +273,21 @@ async def _provision(
     return endpoint.died
 
 
-async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: AsyncExitStack) -> None:
+async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: Held) -> None:
     run = phases.run
-    if adopt.release is not None:
-        stack.push_async_callback(adopt.release)
+    if adopt.release is not None:  # in the lease's place: after the connection closes
+        release = stack.lease = AsyncExitStack()
+        release.push_async_callback(adopt.release)
     with phases.enter("connecting", limits.connect):
-        run.client = await stack.enter_async_context(
-            connect(
-                adopt.target,
-                ready_timeout=limits.connect,
-                token=adopt.token,
-                session_id=adopt.session_id,
-                resume_token=adopt.resume_token,
-            )
+        link = connect(
+            adopt.target,
+            ready_timeout=limits.connect,
+            token=adopt.token,
+            session_id=adopt.session_id,
+            resume_token=adopt.resume_token,
         )
+        run.client = await link.__aenter__()
+        stack.link = link
     run.start_result = dict(adopt.start_result)
     run.prompt = adopt.prompt
     run.status = "running"
@@ -293,7 +297,7 @@ async def _act(
     phases: _Phases,
     agent: Agent,
     limits: Timeouts,
-    stack: AsyncExitStack,
+    stack: Held,
     proxy: InterceptionProxy | None,
     budgets: ModelLimits | None,
     died: asyncio.Future[str] | None,
@@ -333,7 +337,7 @@ def _stopped(run: Run, exc: Exception) -> bool:
 async def _grade(
     phases: _Phases,
     limits: Timeouts,
-    stack: AsyncExitStack,
+    stack: Held,
     judge: InterceptionProxy | None,
     runtime: RuntimeLike,
 ) -> None:
@@ -369,7 +373,7 @@ def _judging(run: Run, judge: InterceptionProxy | None) -> Iterator[None]:
 
 
 async def _verify(
-    phases: _Phases, verifier: Task, limits: Timeouts, stack: AsyncExitStack, runtime: RuntimeLike
+    phases: _Phases, verifier: Task, limits: Timeouts, stack: Held, runtime: RuntimeLike
 ) -> None:
     """Grade the actor's grade with the task's verifier (HUD's verifier phase): on the
     actor's connection when it names the same environment and no runtime of its own."""
@@ -396,7 +400,7 @@ def _phase_of(exc: Exception, phase: str) -> str:
     return phase
 
 
-async def _abandon(run: Run, stack: AsyncExitStack | None, limit: float) -> None:
+async def _abandon(run: Run, stack: Held | None, limit: float) -> None:
     """Unwind a failed or cancelled rollout; never raises (the first failure wins).
 
     The task is cancelled explicitly: a dropped connection would only park it, and a
