@@ -323,7 +323,7 @@ class Runner:
         target = session.get("target") or self.config.runtime.url  # type: ignore[union-attr]
         return Adoption(
             target=target,
-            token=self.setup.server_token(),
+            token=self.setup.server_token(target),
             release=self.setup.release(target),
             session_id=session["session_id"],
             resume_token=session["resume_token"],

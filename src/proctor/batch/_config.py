@@ -256,6 +256,9 @@ class SubprocessRuntimeConfig(_Launch):
     command: list[str] | None = None
     """A full command instead of `python -m proctor.serve SOURCE` (not with `warm`)."""
     cwd: str | None = None
+    lease: Seconds | None = None
+    """Keep the servers alive under a lease supervisor, for this many seconds after the
+    runner dies, so `--resume` continues their in-flight rollouts (`batch._lease`)."""
 
     _env = field_validator("env")(_no_secret_names)
 
@@ -595,6 +598,8 @@ def _drop_new_defaults(doc: dict[str, Any]) -> None:
         doc["taskset"].pop("limit", None)
     if doc["runtime"].get("kind") == "local" and not doc["runtime"].get("trusted"):
         doc["runtime"].pop("trusted", None)
+    if doc["runtime"].get("kind") == "subprocess" and doc["runtime"].get("lease") is None:
+        doc["runtime"].pop("lease", None)
     if doc["executor"].get("kind") == "ray" and doc["executor"].get("concurrency") is None:
         doc["executor"]["concurrency"] = 32  # the default it had, which it meant
 

@@ -28,6 +28,7 @@ from ._config import (
     UrlRuntimeConfig,
 )
 from ._config_runtime import build_runtime
+from ._lease import LeasedRuntime, leased
 from ._plan_models import credentials
 
 if TYPE_CHECKING:
@@ -81,7 +82,9 @@ class Setup:
             model: InterceptionProxy(model, limits=limits, budget=budget)
             for model in dict.fromkeys(m for m in upstreams if m is not None)
         }
-        runtime = build_runtime(config, batch=batch_id, log=os.path.join(out, "environment.log"))
+        log = os.path.join(out, "environment.log")
+        runtime = build_runtime(config, batch=batch_id, log=log)
+        runtime = leased(config, batch_id, out, log) or runtime
         tasks = _tasks(config)
         if config.repeats >= 2:
             _load_environment(config, {task.env for task in tasks.values()})
@@ -119,17 +122,22 @@ class Setup:
         rt = self.config.runtime
         if isinstance(rt, ContainerRuntimeConfig):
             return rt.network == "none"
-        return isinstance(rt, UrlRuntimeConfig)
+        return isinstance(rt, UrlRuntimeConfig) or isinstance(self.runtime, LeasedRuntime)
 
     def release(self, target: str) -> Callable[[], Awaitable[None]] | None:
         """What stops an adopted rollout's substrate (its container), if anything must."""
+        if isinstance(self.runtime, LeasedRuntime):
+            return functools.partial(self.runtime.release, target)
         if not isinstance(self.config.runtime, ContainerRuntimeConfig):
             return None
         runtime: Any = self.runtime
         return functools.partial(runtime.release, target)
 
-    def server_token(self) -> str | None:
-        """The token of a server served elsewhere (from its variable), if any."""
+    def server_token(self, target: str | None = None) -> str | None:
+        """The token of a server served elsewhere (from its variable), or of the
+        leased server at `target` a dead runner left, if any."""
+        if isinstance(self.runtime, LeasedRuntime) and target is not None:
+            return self.runtime.token_for(target)
         rt = self.config.runtime
         if isinstance(rt, UrlRuntimeConfig) and rt.token_env:
             return os.environ.get(rt.token_env)

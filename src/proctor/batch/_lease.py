@@ -1,0 +1,208 @@
+"""`LeasedRuntime`: a batch's servers held by its lease supervisor (`_supervisor`).
+
+A runner that holds the lease asks the supervisor for each rollout's server and
+stops it when the rollout ends; if the runner is killed, the servers live on for
+`grace` seconds, for a resuming runner to take the lease and continue its in-flight
+rollouts from their checkpoints (their url and token come with the lease, from the
+supervisor's memory over its 0600 socket: never from a file). Nothing outlives the
+lease by more than the grace, and everything dies with the supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .._errors import RuntimeLaunchError, TeardownError
+from .._resource import AsyncResource
+from ..runtimes import Endpoint, Runtime
+from ._supervisor import READY
+
+if TYPE_CHECKING:
+    from ..records import Task
+    from ._config import BatchConfig
+
+__all__ = ["SOCKET", "LeasedRuntime", "leased"]
+
+SOCKET = "supervisor.sock"  # in the batch's folder
+_START = 60.0  # seconds for the supervisor to come up
+_GONE = "the lease supervisor died"
+
+
+class LeasedRuntime(Runtime, AsyncResource):
+    """Servers from the batch's lease supervisor, started here if none runs.
+
+    Args:
+        out: the batch's folder (the supervisor's socket is there).
+        spec: what the supervisor builds its runtime from: `config`, `config_file`,
+            `batch`, `log`.
+        grace: seconds the servers outlive a runner that died, and the supervisor a
+            lease nobody holds.
+        env: the supervisor's environment (its batch label, for `reconcile`).
+    """
+
+    def __init__(self, out: str, spec: dict[str, Any], grace: float, env: dict[str, str]) -> None:
+        self.out = out
+        self.spec = spec
+        self.grace = grace
+        self.env = env
+        self.orphans: dict[str, str | None] = {}
+        """The servers a dead runner left: url -> token (`token_for`)."""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._died: dict[str, asyncio.Future[str]] = {}
+        self._listen: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"LeasedRuntime({self.spec['config']['runtime']['kind']}, grace={self.grace:g})"
+
+    def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
+        return self._endpoint(task)
+
+    async def start(self) -> None:
+        """Take the lease (starting the supervisor if none runs)."""
+        dirfd = os.open(self.out, os.O_PATH)
+        try:
+            path = f"/proc/self/fd/{dirfd}/{SOCKET}"  # short, whatever the folder's length
+            try:
+                self._reader, self._writer = await asyncio.open_unix_connection(path)
+            except OSError:
+                await asyncio.to_thread(self._spawn)
+                self._reader, self._writer = await asyncio.open_unix_connection(path)
+        finally:
+            os.close(dirfd)
+        self._listen = asyncio.ensure_future(self._listening())
+        reply = await self._ask({"op": "lease"})
+        self.orphans = reply["orphans"]
+
+    def _spawn(self) -> None:
+        argv = [sys.executable, "-m", "proctor.batch._supervisor", self.out, str(self.grace)]
+        log = self.spec.get("log")
+        with open(log or os.devnull, "ab") as err:
+            proc = self._proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                env=self.env, start_new_session=True,
+            )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(orjson.dumps(self.spec))
+        proc.stdin.close()
+        line = proc.stdout.readline().strip()
+        proc.stdout.close()
+        if line != READY:
+            proc.kill()
+            proc.wait()
+            raise RuntimeLaunchError(f"the lease supervisor did not start (see {log})")
+
+    def token_for(self, url: str) -> str | None:
+        """The token of a server a dead runner left, now adopted by this runner."""
+        self._send({"op": "adopt", "url": url})
+        return self.orphans.get(url)
+
+    async def release(self, url: str) -> None:
+        """Stop an adopted server."""
+        await self._stop(url)
+
+    async def aclose(self) -> None:
+        """Stop every server and the supervisor: the lease ends with the batch."""
+        self._send({"op": "close"})
+        if self._listen is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._listen), _START)
+            self._listen.cancel()
+        if self._writer is not None:
+            self._writer.close()
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            await asyncio.to_thread(proc.wait)
+
+    @contextlib.asynccontextmanager
+    async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
+        reply = await self._ask({"op": "start", "task": task.model_dump_json()})
+        if reply.get("error"):
+            raise RuntimeLaunchError(reply["error"])
+        url = reply["url"]
+        died = self._died[url] = asyncio.get_running_loop().create_future()
+        try:
+            yield Endpoint(url, token=reply["token"], died=died)
+        finally:
+            self._died.pop(url, None)
+            if not died.done():
+                died.cancel()
+            await self._stop(url)
+
+    async def _stop(self, url: str) -> None:
+        try:
+            error = (await self._ask({"op": "stop", "url": url})).get("error")
+        except RuntimeLaunchError:
+            return  # the supervisor died, and its servers with it
+        if error:
+            raise TeardownError(error)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(orjson.dumps(message) + b"\n")
+
+    async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        rid = next(self._ids)
+        if self._listen is None or self._listen.done():
+            raise RuntimeLaunchError(_GONE)
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = reply
+        self._send({**message, "id": rid})
+        try:
+            return await reply
+        finally:
+            self._waiting.pop(rid, None)
+
+    async def _listening(self) -> None:
+        assert self._reader is not None
+        try:
+            async for line in self._reader:
+                message = orjson.loads(line)
+                if "event" in message:
+                    died = self._died.get(message["url"])
+                    if died is not None and not died.done():
+                        died.set_result(message["cause"])
+                    continue
+                reply = self._waiting.get(message["id"])
+                if reply is not None and not reply.done():
+                    reply.set_result(message)
+        except (ConnectionError, orjson.JSONDecodeError):
+            pass
+        finally:  # the supervisor is gone, and its servers with it
+            for reply in self._waiting.values():
+                if not reply.done():
+                    reply.set_exception(RuntimeLaunchError(_GONE))
+            for died in self._died.values():
+                if not died.done():
+                    died.set_result(_GONE)
+
+
+def leased(config: BatchConfig, batch: str, out: str, log: str) -> LeasedRuntime | None:
+    """The runtime under a lease, if the config asks for one (`runtime.lease`) and the
+    runner serves its rollouts itself (a Ray executor's shards build their own)."""
+    from .._environ import allowed_environ
+    from ._reconcile import BATCH_ENV
+
+    grace = getattr(config.runtime, "lease", None)
+    if grace is None or config.executor.kind == "ray":
+        return None
+    spec = {
+        "config": config.model_dump(mode="json"),
+        "config_file": None if config.path is None else str(config.path.resolve()),
+        "batch": batch,
+        "log": log,
+    }
+    return LeasedRuntime(out, spec, grace, {**allowed_environ(()), BATCH_ENV: batch})
