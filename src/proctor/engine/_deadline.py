@@ -27,19 +27,20 @@ class Clock:
     raised inside for any other reason passes through, and a cancellation from outside
     as well wins.
 
-    The timer is armed once, at the soonest any scope could end (now plus `shortest`,
-    the smallest limit the rollout has), and re-armed only when it fires before a
-    deadline has passed: a rollout that ends sooner costs one timer, however many
-    scopes it entered. Timers are shared: the clocks due within the same `TICK` of a
-    loop ring together (so a deadline is met at most `TICK` late).
+    `task` is the rollout's (every scope is entered in it). The timer is armed once,
+    at the soonest any scope could end (now plus `shortest`, the smallest limit the
+    rollout has), and re-armed only when it fires before a deadline has passed: a
+    rollout that ends sooner costs one timer, however many scopes it entered. Timers
+    are shared: the clocks due within the same `TICK` of a loop ring together (so a
+    deadline is met at most `TICK` late).
     """
 
     __slots__ = ("due", "fired", "run", "shortest", "spans", "task", "ticker")
 
-    def __init__(self, run: Run, shortest: float | None) -> None:
+    def __init__(self, run: Run, shortest: float | None, task: asyncio.Task[Any]) -> None:
         self.run = run
         self.shortest = shortest
-        self.task: asyncio.Task[Any] | None = None
+        self.task = task
         self.due = math.inf  # the tick the clock is armed for
         self.ticker: _Ticker | None = None
         self.spans: list[Span] = []
@@ -66,7 +67,7 @@ class Clock:
     def _fire(self) -> None:
         self.due = math.inf
         spans = self.spans
-        if not spans or self.task is None or self.task.done():
+        if not spans or self.task.done():
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -93,11 +94,7 @@ class Span:
     def __enter__(self) -> None:
         clock = self.clock
         loop = asyncio.get_running_loop()
-        task = clock.task
-        if task is None:
-            clock.task = task = asyncio.current_task()
-            assert task is not None
-        self.cancelling = task.cancelling()
+        self.cancelling = clock.task.cancelling()
         now = loop.time()
         self.end = now + self.limit
         clock.spans.append(self)
@@ -112,7 +109,6 @@ class Span:
         if clock.fired is not self:
             return
         clock.fired = None
-        assert clock.task is not None
         mine = clock.task.uncancel() <= self.cancelling
         if mine and typ is not None and issubclass(typ, asyncio.CancelledError | TimeoutError):
             raise RolloutTimeout(clock.run.phase, self.limit) from None

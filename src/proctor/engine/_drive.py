@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -148,7 +148,9 @@ async def execute_run(
     """
     deadlines = Timeouts.of(timeout).for_row(run.task.runtime_config)
     runtime = runtime if runtime is not None else default_runtime()
-    phases = _Phases(run, observers, Clock(run, deadlines.shortest))
+    task = asyncio.current_task()
+    assert task is not None
+    phases = _Phases(run, observers, Clock(run, deadlines.shortest, task))
     clock = phases.clock
     live: Held | None = None  # a launch that fails unwinds its own
     try:
@@ -161,7 +163,7 @@ async def execute_run(
         except BaseException:
             await _abandon(run, live, deadlines.teardown)
             raise
-        with phases.enter("teardown", deadlines.teardown):
+        with phases.within("teardown", deadlines.teardown):
             await stack.aclose()
     except asyncio.CancelledError as exc:
         run.fail(run.phase, exc)
@@ -189,14 +191,16 @@ class _Phases:
         self.observers = observers
         self.clock = clock
 
-    def enter(
-        self, phase: str, limit: float | None = None
-    ) -> contextlib.AbstractContextManager[None]:
-        """Move to `phase`; returns its deadline's scope (`limit` seconds; None: none)."""
+    def enter(self, phase: str) -> None:
+        """Move to `phase`."""
         for observer in self.observers:
             observer.phase_changed(self.run, phase)
         self.run.phase = phase
-        return _UNLIMITED if limit is None else Span(self.clock, limit)
+
+    def within(self, phase: str, limit: float) -> Span:
+        """Move to `phase`; returns its deadline's scope (`limit` seconds)."""
+        self.enter(phase)
+        return Span(self.clock, limit)
 
 
 async def _launch(
@@ -262,14 +266,18 @@ async def _provision(
     run.substrate = endpoint.entry
     # The phase deadline names "connecting" when it fires; connect() also stops by
     # itself after ready_timeout, with a ConnectTimeout saying what it last saw.
-    with phases.enter("connecting", limits.connect):
+    with phases.within("connecting", limits.connect):
         link = connect(endpoint.target, ready_timeout=limits.connect, token=endpoint.token)
         run.client = await link.__aenter__()
         stack.link = link
     if user is not None:  # before tasks.start, which carries its endpoint
         open_user_model(run, user, stack)
-    with phases.enter("starting", limits.start):
+    if limits.start is None:
+        phases.enter("starting")
         await run.start()
+    else:
+        with phases.within("starting", limits.start):
+            await run.start()
     return endpoint.died
 
 
@@ -278,7 +286,7 @@ async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: Held
     if adopt.release is not None:  # in the lease's place: after the connection closes
         release = stack.lease = AsyncExitStack()
         release.push_async_callback(adopt.release)
-    with phases.enter("connecting", limits.connect):
+    with phases.within("connecting", limits.connect):
         link = connect(
             adopt.target,
             ready_timeout=limits.connect,
@@ -310,9 +318,12 @@ async def _act(
         stack.callback(session.close)
     phases.enter("agent")
     try:
-        async with SubstrateWatch(run, died):
-            with phases.clock.scope(limits.agent):
+        with SubstrateWatch(run, died, phases.clock.task):
+            if limits.agent is None:
                 await agent(run)
+            else:
+                with Span(phases.clock, limits.agent):
+                    await agent(run)
     except SubstrateLost:
         raise
     except Exception as exc:
@@ -344,30 +355,38 @@ async def _grade(
     """Grading, then the verifier's if the task names one; a judge session open for both."""
     run = phases.run
     phases.enter("grading")
-    with _judging(run, judge) if judge is not None else _UNLIMITED:
-        with phases.clock.scope(limits.grade):
+    judging = None if judge is None else _Judging(run, judge)
+    try:
+        if limits.grade is None:
             await run.submit()
+        else:
+            with Span(phases.clock, limits.grade):
+                await run.submit()
         if run.task.verifier is not None:
             await _verify(phases, run.task.verifier, limits, stack, runtime)
-
-
-@contextlib.contextmanager
-def _judging(run: Run, judge: InterceptionProxy | None) -> Iterator[None]:
-    """A session on the `judge` proxy for as long as grading lasts, its turns marked."""
-    if judge is None:
-        yield
-        return
-    first = len(run.trace.steps)
-    session = judge.open_session(f"{run.trace_id}-judge", trace=run.trace)
-    upstream = judge.upstreams.get("openai")
-    model = None if upstream is None else upstream.model
-    run.judge = JudgeEndpoint(session.base_url, session.secret, model)
-    try:
-        yield
     finally:
+        if judging is not None:
+            judging.close()
+
+
+class _Judging:
+    """A session on the `judge` proxy for as long as grading lasts, its turns marked."""
+
+    __slots__ = ("first", "run", "session")
+
+    def __init__(self, run: Run, judge: InterceptionProxy) -> None:
+        self.run = run
+        self.first = len(run.trace.steps)
+        self.session = session = judge.open_session(f"{run.trace_id}-judge", trace=run.trace)
+        upstream = judge.upstreams.get("openai")
+        model = None if upstream is None else upstream.model
+        run.judge = JudgeEndpoint(session.base_url, session.secret, model)
+
+    def close(self) -> None:
+        run = self.run
         run.judge = None
-        session.close()
-        for step in run.trace.steps[first:]:
+        self.session.close()
+        for step in run.trace.steps[self.first :]:
             if step.kind == "model_turn":
                 step.data = {**(step.data or {}), "judge": True}
 
@@ -418,9 +437,6 @@ async def _abandon(run: Run, stack: Held | None, limit: float) -> None:
                     await stack.aclose()
         except Exception as exc:  # TimeoutError included
             log.debug("teardown of failed rollout %s also failed: %r", run.slug, exc)
-
-
-_UNLIMITED = contextlib.nullcontext()
 
 
 def default_runtime() -> RuntimeLike:

@@ -21,31 +21,28 @@ class SubstrateWatch:
     """Raise `SubstrateLost` naming the phase and the cause the moment the substrate
     dies (`died` resolves) or the connection to it drops, cancelling what runs inside.
 
-    A dropped connection waits up to `WHY_WAIT` s for `died` to say why. Costs two
-    callbacks on the normal path, no task.
+    A dropped connection waits up to `WHY_WAIT` s for `died` to say why. A plain
+    (not async) context manager of the rollout's `task`: two callbacks on the normal
+    path, no task, no coroutine.
     """
 
     __slots__ = ("cause", "died", "run", "task", "timer", "unwatch")
 
-    def __init__(self, run: Run, died: asyncio.Future[str] | None) -> None:
+    def __init__(self, run: Run, died: asyncio.Future[str] | None, task: asyncio.Task[Any]) -> None:
         self.run = run
         self.died = died
         self.cause: str | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.unwatch: Callable[[], None] | None = None
-        task = asyncio.current_task()
-        assert task is not None
         self.task = task
 
-    async def __aenter__(self) -> None:
+    def __enter__(self) -> None:
         if self.died is not None:
             self.died.add_done_callback(self._ended)
         if self.run.client is not None:
             self.unwatch = self.run.client.on_lost(self._dropped)
 
-    async def __aexit__(
-        self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> bool:
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if self.died is not None:
             self.died.remove_done_callback(self._ended)
         if self.unwatch is not None:
@@ -54,9 +51,9 @@ class SubstrateWatch:
         if self.timer is not None:
             self.timer.cancel()
         if self.cause is None:
-            return False
+            return
         if self.task.uncancel() > 0 and typ is asyncio.CancelledError:
-            return False  # cancelled from outside as well: that wins
+            return  # cancelled from outside as well: that wins
         raise SubstrateLost(self.run.phase, self.cause) from exc  # whatever the agent made of it
 
     def _lost(self, cause: str) -> None:
