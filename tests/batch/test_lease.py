@@ -21,13 +21,15 @@ from typing import Any
 
 import pytest
 
-from proctor.batch import list_rollouts, read_events
+from proctor import BatchConfigError
+from proctor.batch import BatchConfig, list_rollouts, read_events
+from proctor.batch._lease import leased
 
 HERE = Path(__file__).parent
 PROCTOR = [sys.executable, "-m", "proctor.cli"]
 ROWS = 2
 KEY = "sk-lease-test-key-0123456789"
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 MODEL = textwrap.dedent(
     """
@@ -77,7 +79,7 @@ def model(tmp_path: Path) -> Iterator[dict[str, Any]]:
         proc.stdout.close()
 
 
-def _config(tmp_path: Path, model: dict[str, Any], lease: float) -> Path:
+def _config(tmp_path: Path, model: dict[str, Any], lease: float, kind: str) -> Path:
     rows = [
         {"env": "crashy", "id": "job", "args": {"n": i}, "slug": f"job-{i}"} for i in range(ROWS)
     ]
@@ -93,7 +95,7 @@ def _config(tmp_path: Path, model: dict[str, Any], lease: float) -> Path:
                 "max_steps": 4,
             }
         ],
-        "runtime": {"kind": "subprocess", "lease": lease},
+        "runtime": {"kind": kind, "lease": lease},
         "max_concurrent": ROWS,
         "expected_rollouts": ROWS,
         "timeouts": {"rollout": 120},
@@ -140,9 +142,11 @@ def _until(what: str, check: Any, deadline: float = 60.0) -> Any:
     raise AssertionError(f"{what} within {deadline:g}s")
 
 
-def _killed_mid_agent(tmp_path: Path, model: dict[str, Any], lease: float) -> tuple[Path, str]:
+def _killed_mid_agent(
+    tmp_path: Path, model: dict[str, Any], lease: float, kind: str = "subprocess"
+) -> tuple[Path, str]:
     """Start the batch, kill -9 its runner while every rollout runs its slow command."""
-    config = _config(tmp_path, model, lease)
+    config = _config(tmp_path, model, lease, kind)
     out = tmp_path / "out"
     argv = [*PROCTOR, "batch", str(config), "--execute", "--output-dir", str(out)]
     runner = subprocess.Popen([*argv, "--skip-model-check", "--quiet"], env=_env(),
@@ -157,10 +161,12 @@ def _killed_mid_agent(tmp_path: Path, model: dict[str, Any], lease: float) -> tu
     return out, batch_id
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["subprocess", "sandbox"])
 def test_resume_within_the_grace_continues_every_rollout(
-    tmp_path: Path, model: dict[str, Any]
+    tmp_path: Path, model: dict[str, Any], kind: str
 ) -> None:
-    out, batch_id = _killed_mid_agent(tmp_path, model, lease=60)
+    out, batch_id = _killed_mid_agent(tmp_path, model, lease=60, kind=kind)
     assert _labelled(batch_id)  # the servers outlive the runner, under the lease
     resume = subprocess.run([*PROCTOR, "batch", "--resume", str(out), "--quiet"], env=_env(),
                             capture_output=True, text=True, timeout=180)  # fmt: skip
@@ -173,6 +179,7 @@ def test_resume_within_the_grace_continues_every_rollout(
     _until("the batch's processes gone", lambda: not _labelled(batch_id), 30)
 
 
+@pytest.mark.slow
 def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
     tmp_path: Path, model: dict[str, Any]
 ) -> None:
@@ -182,7 +189,23 @@ def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
     assert not (out / "supervisor.sock").exists()
 
 
+@pytest.mark.slow
 def test_the_servers_die_with_their_supervisor(tmp_path: Path, model: dict[str, Any]) -> None:
     out, batch_id = _killed_mid_agent(tmp_path, model, lease=60)
     os.kill(_supervisor(out), signal.SIGKILL)
     _until("the servers died with the supervisor", lambda: not _labelled(batch_id), 30)
+
+
+def test_a_harness_placed_in_the_substrate_is_refused_a_lease(tmp_path: Path) -> None:
+    agent = {"kind": "command", "argv": ["h"], "model": "openai/m", "placement": "substrate"}
+    config = BatchConfig.model_validate(
+        {
+            "taskset": {"source": "tasks.jsonl"},
+            "agents": [agent],
+            "runtime": {"kind": "sandbox", "lease": 5},
+            "max_concurrent": 1,
+            "expected_rollouts": 1,
+        }
+    )
+    with pytest.raises(BatchConfigError, match=r"agents\[0\]\.placement: a harness placed"):
+        leased(config, "b", str(tmp_path), str(tmp_path / "log"))

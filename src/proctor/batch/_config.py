@@ -275,6 +275,8 @@ class SandboxRuntimeConfig(_Launch):
     writable: list[str] = Field(default_factory=list)
     bwrap: str = "bwrap"
     """The bubblewrap executable."""
+    lease: Seconds | None = None
+    """As `SubprocessRuntimeConfig.lease` (not with a harness placed in the substrate)."""
     limits: dict[str, Any] = Field(default_factory=dict)
     """Over `SandboxRuntime`'s defaults: `memory`, `processes`, `file_size`, `tmpfs`,
     `cpu_time`, `wall_time` (None lifts one); a task's `runtime_config` overrides."""
@@ -589,6 +591,9 @@ class BatchConfig(_Model):
                     )
 
 
+_LEASED = ("subprocess", "sandbox")  # the runtimes with a `lease`
+
+
 def _drop_new_defaults(doc: dict[str, Any]) -> None:
     """Leave out fields added since layout 1 while they hold their defaults, so the
     digest of a config recorded before them is unchanged (and `--resume` accepts it)."""
@@ -598,7 +603,7 @@ def _drop_new_defaults(doc: dict[str, Any]) -> None:
         doc["taskset"].pop("limit", None)
     if doc["runtime"].get("kind") == "local" and not doc["runtime"].get("trusted"):
         doc["runtime"].pop("trusted", None)
-    if doc["runtime"].get("kind") == "subprocess" and doc["runtime"].get("lease") is None:
+    if doc["runtime"].get("kind") in _LEASED and doc["runtime"].get("lease") is None:
         doc["runtime"].pop("lease", None)
     if doc["executor"].get("kind") == "ray" and doc["executor"].get("concurrency") is None:
         doc["executor"]["concurrency"] = 32  # the default it had, which it meant

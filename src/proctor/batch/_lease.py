@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._errors import RuntimeLaunchError, TeardownError
+from .._errors import BatchConfigError, RuntimeLaunchError, TeardownError
 from .._resource import AsyncResource
 from ..runtimes import Endpoint, Runtime
+from ._config import ConfigProblem
 from ._supervisor import READY
 
 if TYPE_CHECKING:
@@ -192,13 +193,22 @@ class LeasedRuntime(Runtime, AsyncResource):
 
 def leased(config: BatchConfig, batch: str, out: str, log: str) -> LeasedRuntime | None:
     """The runtime under a lease, if the config asks for one (`runtime.lease`) and the
-    runner serves its rollouts itself (a Ray executor's shards build their own)."""
+    runner serves its rollouts itself (a Ray executor's shards build their own).
+
+    Raises:
+        BatchConfigError: an agent's harness is placed in the substrate (the leased
+            runtime hands out servers, not ways into their sandboxes).
+    """
     from .._environ import allowed_environ
     from ._reconcile import BATCH_ENV
 
     grace = getattr(config.runtime, "lease", None)
     if grace is None or config.executor.kind == "ray":
         return None
+    for i, entry in enumerate(config.agents):
+        if entry.enabled and getattr(entry, "placement", None) == "substrate":
+            why = "a harness placed in the substrate cannot be served under a lease"
+            raise BatchConfigError([ConfigProblem(path=f"agents[{i}].placement", message=why)])
     spec = {
         "config": config.model_dump(mode="json"),
         "config_file": None if config.path is None else str(config.path.resolve()),
