@@ -2,19 +2,19 @@
 talk to them (a simulated user) to learn which order it is, confirm, and refund it.
 
 The user is scripted by default (`user="scripted"`); `user="model"` plays the customer
-with a model given a persona and a goal (`ModelUser`), whose OpenAI-compatible base
-URL comes from `SUPPORT_USER_URL` in the environment's process (`docs/users.md`).
+with a model given a persona and a goal (`ModelUser`): the run's user model, which the
+driver serves through a proxy session of the rollout's own (`proctor run --user-model
+MODEL`, a batch's `user_model`), so this process never holds a key (`docs/users.md`).
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from proctor import Environment
-from proctor.env import Dialogue, Judge, ModelUser, UserFn, scripted
+from proctor.env import Dialogue, Message, ModelUser, UserFn, scripted
 from proctor.records import Grade, SubScore
 
 __all__ = ["OPENING", "refund", "support"]
@@ -47,20 +47,18 @@ def _customer(order: str, item: str, kind: str) -> UserFn:
     if kind == "scripted":
         return scripted([f"It's order {order}: the {item} arrived broken.", "Yes, please."])
     if kind == "model":
-        return ModelUser(
+        return ModelUser(  # no endpoint: the run's user model
             persona=f"a customer whose order {order} (a {item}) arrived broken",
             goal=f"get order {order} refunded; confirm when asked",
-            endpoint=_user_endpoint,
-            model=os.environ.get("SUPPORT_USER_MODEL", "fake-model"),
         )
     raise ValueError(f"user must be 'scripted' or 'model', not {kind!r}")
 
 
-def _user_endpoint() -> Judge:
-    url = os.environ.get("SUPPORT_USER_URL")
-    if not url:
-        raise RuntimeError("user='model' needs SUPPORT_USER_URL (an OpenAI-compatible /v1 URL)")
-    return Judge(url, os.environ.get("SUPPORT_USER_API_KEY", "unused"))
+@refund.metric
+def customer_messages(dialogue: Sequence[Message]) -> float:
+    """How many times the customer spoke (the opening included): `dialogue` is the
+    episode's whole conversation, both sides."""
+    return float(sum(1 for m in dialogue if m.role == "user"))
 
 
 def _grade(dialogue: Dialogue, order: str, answer: object) -> Grade:

@@ -1,6 +1,8 @@
 """`examples/support` as a batch: a `ToolAgent` behind the batch's interception proxy
-talks to both customers; the samples exported from the output hold the user's replies
-only as context (tool results of `talk_to_user`), never as a turn to train on."""
+talks to both customers, the model-played one through the batch's `user_model` proxy;
+the samples exported from the output hold the user's replies only as context (tool
+results of `talk_to_user`), never as a turn to train on, and none of the user model's
+turns."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from test_support_example import EXAMPLE, OPENING, _policy_module
 
 from proctor.batch import aexecute
 from proctor.samples import samples_from_batch
-from proctor.store import list_rollouts, read_record
+from proctor.store import list_rollouts, read_record, read_rollout
 from proctor.testing import FakeModelServer, FakeRequest, Reply
 
 
@@ -27,8 +29,9 @@ async def test_a_batch_records_both_dialogues_and_exports_them_masked(
         plays_user = system and str(system[0]["content"]).startswith("You play a user")
         return user(request) if plays_user else agent(request)
 
-    async with FakeModelServer(either) as fake:
-        monkeypatch.setenv("SUPPORT_USER_URL", fake.url)
+    async with FakeModelServer(either, models=("fake-model", "gpt-4.1-mini")) as fake:
+        monkeypatch.setenv("SUPPORT_MODEL_USER", "1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-user-model-SECRET-0123456789")
         config = tmp_path / "support.json"
         config.write_text(
             json.dumps(
@@ -42,6 +45,7 @@ async def test_a_batch_records_both_dialogues_and_exports_them_masked(
                     "expected_rollouts": 2,
                     "max_concurrent": 2,
                     "timeouts": {"rollout": 120},
+                    "user_model": f"openai/gpt-4.1-mini@{fake.url}",
                 }
             )
         )
@@ -50,6 +54,13 @@ async def test_a_batch_records_both_dialogues_and_exports_them_masked(
     out = tmp_path / "out"
     records = [read_record(out, row["id"]) for row in list_rollouts(out, limit=None)]
     assert sorted(r["result"]["grade"]["reward"] for r in records) == [1.0, 1.0], records
+    [played] = [r for r in records if r["cost"]]  # only its user model is priced
+    rollout = read_rollout(out, played["id"])
+    users = [s for s in rollout["trace"] if s["kind"] == "model_turn" and s["data"].get("user")]
+    assert len(users) == 3  # on the trace, marked; the agent's turns are the proxy's own
+    assert rollout["model_turns"] and all("user" not in t for t in rollout["model_turns"])
+    for path in out.rglob("*"):
+        assert not path.is_file() or b"sk-user-model-SECRET" not in path.read_bytes(), path
     samples = list(samples_from_batch(tmp_path / "out"))
     assert len(samples) == 2
     for sample in samples:

@@ -1,6 +1,7 @@
 """`examples/support` end to end through `proctor run`: a scripted customer and one a
-model plays on the fake model server, the dialogue on the trace, in the record and in
-the grade the template computed from it."""
+model plays on the fake model server (`--user-model`, through a proxy session of the
+rollout's own), the dialogue on the trace, in the record and in the grade the template
+computed from it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from proctor.view import ViewServer
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "support"
 OPENING = "Hi, something I ordered arrived broken. Can you help?"
+USER_KEY = "sk-user-model-SECRET-0123456789"
 
 
 def _user_policy() -> Any:
@@ -77,7 +79,7 @@ def _check(run: dict[str, Any], order: str) -> None:
 
 
 async def test_a_scripted_customer_in_a_child_process(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "SUPPORT_USER_URL"}
+    env = {k: v for k, v in os.environ.items() if k != "SUPPORT_MODEL_USER"}
     [run] = await _proctor_run(tmp_path, "--runtime", "subprocess", env=env)
     _check(run, "4417")
     assert _dialogue_steps(run)[1] == ("user", "It's order 4417: the teapot arrived broken.")
@@ -103,6 +105,11 @@ async def test_a_scripted_customer_in_a_child_process(tmp_path: Path) -> None:
     assert "-- the user replied\nIt's order 4417: the teapot arrived broken." in text.decode()
 
 
+def _holding(root: Path, text: bytes) -> list[Path]:
+    """The files under `root` holding `text`."""
+    return [p for p in root.rglob("*") if p.is_file() and text in p.read_bytes()]
+
+
 async def _rollout_page(record: Path, rid: str) -> str:
     """The dashboard's page of one rollout, from a real `ViewServer`."""
     async with ViewServer([record]) as view:
@@ -113,11 +120,27 @@ async def _rollout_page(record: Path, rid: str) -> str:
 
 async def test_a_customer_a_model_plays(tmp_path: Path) -> None:
     async with FakeModelServer(_user_policy()) as fake:
-        env = {**os.environ, "SUPPORT_USER_URL": fake.url}
-        scripted, played = await _proctor_run(tmp_path, env=env)
+        env = {**os.environ, "SUPPORT_MODEL_USER": "1", "OPENAI_API_KEY": USER_KEY}
+        flag = ["--user-model", f"openai/gpt-4.1-mini@{fake.url}"]
+        scripted, played = await _proctor_run(tmp_path, *flag, env=env)
         user_calls = [r for r in fake.requests if r.api == "chat"]
     _check(scripted, "4417")
     _check(played, "5120")
+    turns = [s for s in played["trace"]["steps"] if s["kind"] == "model_turn"]
+    users = [t for t in turns if (t["data"] or {}).get("user")]
+    assert len(users) == 3 and {t["data"]["model"] for t in users} == {"gpt-4.1-mini"}
+    assert len(turns) > 3  # the agent's own turns, unmarked
+    assert played["cost"] > 0 and not scripted["cost"]  # its turns, priced on its run
+    assert played["grade"]["info"]["metrics"]["customer_messages"] == 3.0
+    assert all(r.headers.get("authorization") == f"Bearer {USER_KEY}" for r in user_calls)
+    assert _holding(tmp_path, USER_KEY.encode()) == []  # the key stayed in the proxy
+    traces = _holding(tmp_path / "record" / "rollouts", b"5120")
+    [rid] = [p.parent.name for p in traces if p.name == "trace.jsonl"]
+    page = await _rollout_page(tmp_path / "record", rid)
+    shown = re.search(r'id="dialogue">(.*?)data-kind="answer"', page, re.S)
+    assert shown is not None and "My order 5120 arrived broken." in shown[1]
+    agent_turns = len(turns) - len(users)  # the user model's turns are not the agent's
+    assert page.count('class="item turn"') == agent_turns, page[-3000:]
     assert _dialogue_steps(played)[1] == ("user", "My order 5120 arrived broken.")
     assert len(user_calls) == 3  # two replies, then the model ends the dialogue
     system = user_calls[0].messages[0]

@@ -276,6 +276,7 @@ class Runner:
                     timeout=self.timeouts,
                     proxy=setup.proxy_for(a.agent),
                     judge=setup.judge,
+                    user=setup.user,
                     launch_retries=0 if adopt is not None else self.config.launch_retries,
                     adopt=adopt,
                     observers=(recording,),

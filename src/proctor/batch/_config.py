@@ -475,6 +475,11 @@ class BatchConfig(_Model):
     """The model `graders.judge` rewards call (a model string, as agents name one),
     through a proxy session opened for each grading phase; its key stays with the
     runner and its cost counts against `cost_cap`."""
+    user_model: str | None = None
+    """The model a simulated user with no endpoint of its own asks (`ModelUser`; a model
+    string), through a proxy session each rollout of an environment serving a `user`
+    capability gets from its start; its key stays with the runner, its turns are
+    priced on the rollout (against `cost_cap`) and left out of samples."""
     durability: Literal["default", "strict"] = "default"
     """`strict` fsyncs every state change; `default` group-commits them."""
     max_rollouts: PositiveInt = MAX_ROLLOUTS
@@ -599,6 +604,8 @@ def _drop_new_defaults(doc: dict[str, Any]) -> None:
     digest of a config recorded before them is unchanged (and `--resume` accepts it)."""
     if doc.get("max_rollouts") == MAX_ROLLOUTS:
         del doc["max_rollouts"]
+    if doc.get("user_model") is None:
+        doc.pop("user_model", None)
     if doc["taskset"].get("limit") is None:
         doc["taskset"].pop("limit", None)
     if doc["runtime"].get("kind") == "local" and not doc["runtime"].get("trusted"):

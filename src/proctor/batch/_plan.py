@@ -245,6 +245,8 @@ def _agent_problems(config: BatchConfig, names: list[str], loaded: Loaded) -> li
     problems = []
     if config.executor.kind == "ray" and config.judge is not None:
         problems.append("judge: executor 'ray' grades without a judge proxy; use executor 'local'")
+    if config.executor.kind == "ray" and config.user_model is not None:
+        problems.append("user_model: executor 'ray' runs without a user-model proxy; use 'local'")
     for entry, name in zip(config.agents, names, strict=True):
         if config.executor.kind == "ray" and entry.enabled and entry.model is not None:
             problems.append(

@@ -81,6 +81,8 @@ def _enabled_models(config: BatchConfig) -> dict[str, list[str]]:
             models.setdefault(entry.model, []).append(name)
     if config.judge is not None:
         models.setdefault(config.judge, []).append("judge")
+    if config.user_model is not None:
+        models.setdefault(config.user_model, []).append("user model")
     return models
 
 
@@ -106,7 +108,7 @@ def credentials(config: BatchConfig) -> list[Credential]:
 
 def keys_in_environment(config: BatchConfig) -> list[str]:
     """The names of provider keys set in this process's environment, sorted: the
-    batch's own (its models' and judge's key variables), every known provider's, any
+    batch's own (its models', judge's and user model's key variables), every known provider's, any
     `*_API_KEY`, and cloud credentials (`AWS_*`, ...). Names only, never values."""
     from ..models._names import PROVIDERS
 

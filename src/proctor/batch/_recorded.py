@@ -37,7 +37,8 @@ class RecordedRollouts:
     `batch.json` (plus this runner's identity, for `reconcile`) and every rollout as it
     goes; the values of secret-looking variables and of `secrets` are never written.
     Without it the rollouts are only counted for the live view. Each rollout gets a
-    session on `proxy` and, to grade, on `judge`. `on_run` hears each run once its group
+    session on `proxy`, to grade, on `judge`, and for its simulated users, on `user`
+    (see `execute_run`). `on_run` hears each run once its group
     has ended (with its group rewards); `runs` (by index; only with `keep_runs`, else
     no run outlives its group) and `wall_s` hold what ended, also after an interrupt.
     """
@@ -52,6 +53,7 @@ class RecordedRollouts:
         secrets: Sequence[str] = (),
         proxy: InterceptionProxy | None = None,
         judge: InterceptionProxy | None = None,
+        user: InterceptionProxy | None = None,
         on_run: Callable[[Run], None] | None = None,
         keep_runs: bool = True,
     ) -> None:
@@ -64,6 +66,7 @@ class RecordedRollouts:
         self.secrets = secrets
         self.proxy = proxy
         self.judge = judge
+        self.user = user
         self.on_run = on_run
         self.runs: list[Run | None] = [None] * len(spec.rollouts)
         self.keep_runs = keep_runs
@@ -145,6 +148,7 @@ class RecordedRollouts:
                 timeout=spec.timeouts,
                 proxy=self.proxy,
                 judge=self.judge,
+                user=self.user,
                 observers=(track,),
             )
         except asyncio.CancelledError:

@@ -78,6 +78,7 @@ class Setup:
         budget = SharedBudget(config.cost_cap, spent)
         limits = config.limits.to_limits()
         upstreams = [*(m for m in models.values() if m is not None), config.judge]
+        upstreams.append(config.user_model)
         proxies = {
             model: InterceptionProxy(model, limits=limits, budget=budget)
             for model in dict.fromkeys(m for m in upstreams if m is not None)
@@ -109,6 +110,12 @@ class Setup:
         """The proxy `graders.judge` rewards call (`judge` in the config), if any."""
         judge = self.config.judge
         return None if judge is None else self.proxies[judge]
+
+    @property
+    def user(self) -> InterceptionProxy | None:
+        """The proxy simulated users ask (`user_model` in the config), if any."""
+        model = self.config.user_model
+        return None if model is None else self.proxies[model]
 
     def proxy_for(self, agent: str) -> InterceptionProxy | None:
         """The proxy the agent's model turns go through, if it names a model."""

@@ -526,3 +526,9 @@ def _add_model_options(run: argparse.ArgumentParser) -> None:
         help="the model graders.judge rewards call, through a proxy session opened for "
         "the grading phase only (its key stays here; its cost counts on the run)",
     )
+    models.add_argument(
+        "--user-model",
+        metavar="MODEL",
+        help="the model a simulated user (ModelUser) plays, through a proxy session each "
+        "rollout with a user capability gets (its key stays here; its cost counts on the run)",
+    )

@@ -1,6 +1,6 @@
 """The agent `proctor run` rolls out: `--agent`'s Python object, the built-in
 tool-calling agent on `--model`, or a `--harness` command behind an interception proxy;
-and the `--judge-model` proxy graders call."""
+the `--judge-model` proxy graders call and the `--user-model` proxy simulated users ask."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ._common import CLIError
 if TYPE_CHECKING:
     from ..proxy import InterceptionProxy
 
-__all__ = ["agent_label", "build_agent", "judge_proxy"]
+__all__ = ["agent_label", "build_agent", "judge_proxy", "user_proxy"]
 
 
 def build_agent(
@@ -58,6 +58,15 @@ def judge_proxy(model: str | None) -> InterceptionProxy | None:
     from ..proxy import InterceptionProxy
 
     return InterceptionProxy(_model_spec("--judge-model", model))
+
+
+def user_proxy(model: str | None) -> InterceptionProxy | None:
+    """`--user-model`: a proxy in front of the model simulated users play."""
+    if model is None:
+        return None
+    from ..proxy import InterceptionProxy
+
+    return InterceptionProxy(_model_spec("--user-model", model))
 
 
 def _model_agent(args: argparse.Namespace) -> tuple[Any, InterceptionProxy | None]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._common import CLIError, read_token, split_source
-from ._run_agent import agent_label, build_agent, judge_proxy
+from ._run_agent import agent_label, build_agent, judge_proxy, user_proxy
 from ._run_sources import (
     CHILDREN,
     Where,
@@ -57,6 +57,7 @@ class RunPlan:
     record: str | None  # the output directory to create, None with --no-record
     batch_id: str  # `<taskset>-<UTC stamp>-<4 hex>`, the default record's folder name
     allow_invalid: bool
+    user: InterceptionProxy | None = None  # the proxy simulated users (`ModelUser`) ask
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
@@ -110,6 +111,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         record=_record_dir(args, batch_id),
         batch_id=batch_id,
         allow_invalid=args.allow_invalid,
+        user=user_proxy(args.user_model),
     )
 
 

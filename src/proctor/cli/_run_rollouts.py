@@ -95,7 +95,7 @@ async def _rollouts(plan: RunPlan, writer: _Writer | None, ended: Ended) -> tupl
     planned, assignments = _slots(plan)
     async with contextlib.AsyncExitStack() as stack:
         runtime = await stack.enter_async_context(open_runtime(plan.where))
-        for proxy in (plan.proxy, plan.judge):
+        for proxy in (plan.proxy, plan.judge, plan.user):
             if proxy is not None:
                 await stack.enter_async_context(proxy)
         spec = RunSpec(
@@ -115,6 +115,7 @@ async def _rollouts(plan: RunPlan, writer: _Writer | None, ended: Ended) -> tupl
             secrets=[plan.where.token] if plan.where.token else [],
             proxy=plan.proxy,
             judge=plan.judge,
+            user=plan.user,
             on_run=on_run,
             keep_runs=False,
         )

@@ -193,13 +193,16 @@ def _items(
 
     A trace's `model_turn` steps are matched in order with `model_turns.jsonl` lines
     (request digest, HTTP status); lines past the trace's turns come after them. Steps
-    repeating the prompt, the answer or a turn's own tool call are left out."""
+    repeating the prompt, the answer or a turn's own tool call are left out, and so are
+    a simulated user's model turns (`data["user"]`: its replies are the user's steps)."""
     proxy = proxy_turns(detail.get("model_turns") or [])
     items: list[dict[str, Any]] = []
     called: set[Any] = set()
     n = 0
     for step in _steps(record, detail):
         kind = step.get("kind")
+        if kind == "model_turn" and _dict(step.get("data")).get("user"):
+            continue  # not the agent's, nor in `model_turns.jsonl`
         if kind == "model_turn":
             line = proxy[n] if n < len(proxy) else {}
             n += 1
