@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import json
 import logging
 import math
 import os
@@ -12,6 +14,7 @@ import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import RuntimeLaunchError
@@ -32,6 +35,7 @@ log = logging.getLogger("proctor.runtimes.compose")
 _LIMIT_FLAGS = (("cpus", "--cpus"), ("memory", "--memory"), ("pids", "--pids-limit"))
 _LOG_TAIL = 20  # lines of a failed service's output quoted in the error
 _ENV_TIMEOUT = 60.0  # seconds an engine command (network, rm, exec, ...) may take
+_FIRST_HOST = 10  # services get the subnet's addresses from its 10th host on
 _GIVE_UP = 1.0  # seconds an engine client cut short gets to give up on SIGTERM
 
 
@@ -42,8 +46,9 @@ class ComposeRuntime(Runtime, AsyncResource):
     Per rollout: an internal network (`podman network create --internal`), every
     service but `main` started in the order `depends_on` gives (waiting for
     `condition: service_healthy` by running the service's healthcheck, and for
-    `service_completed_successfully`), each reachable from the others by its service
-    name, then `main` run as `ContainerRuntime` runs its one container: serving
+    `service_completed_successfully`), each at an address of its own and reachable
+    from the others by its service name (in every container's `/etc/hosts`), then
+    `main` run as `ContainerRuntime` runs its one container: serving
     `python -m proctor.serve SOURCE` (or `command`) on a Unix socket in a private
     folder of this machine, which is the control channel. At teardown `main` stops
     first (its shutdown hooks run), then the other services, then the network; a
@@ -239,7 +244,7 @@ class _MainSpec(ContainerSpec):
     the project's id."""
 
     project: str = ""
-    alias: str = "main"
+    addressing: tuple[str, ...] = ()  # `--ip` and `--add-host` options
 
     def run_argv(
         self,
@@ -252,7 +257,7 @@ class _MainSpec(ContainerSpec):
     ) -> list[str]:
         argv = ContainerSpec.run_argv(self, exe, task, batch, name, self.project, socket_dir)
         at = argv.index("--network")  # ContainerSpec's own, before any `args`
-        argv[at + 1 : at + 2] = [f"proctor-{self.project}", f"--network-alias={self.alias}"]
+        argv[at + 1 : at + 2] = [f"proctor-{self.project}", *self.addressing]
         return argv
 
 
@@ -267,6 +272,7 @@ class _Project:
     started: list[str] = field(default_factory=list)  # service names, in order
     network: bool = False  # whether its creation was attempted
     waiting: str = ""  # what bring-up waits for, and the last check's output
+    addresses: dict[str, str] = field(default_factory=dict)  # service: IP
 
     @property
     def network_name(self) -> str:
@@ -298,8 +304,15 @@ class _Project:
     async def _up(self) -> None:
         exe = self.runtime._exe
         self.network = True
-        argv = [*exe, "network", "create", "--internal", *self.labels(None), self.network_name]
-        await self._engine(argv, "network create")
+        argv = [*exe, "network", "create", "--internal", *self.labels(None)]
+        if Path(exe[0]).name == "podman":  # names go in /etc/hosts: no DNS server needed
+            argv.append("--disable-dns")
+        await self._engine([*argv, self.network_name], "network create")
+        inspected = await self._engine([*exe, "network", "inspect", self.network_name], "inspect")
+        hosts = _subnet(inspected).hosts()
+        for _ in range(_FIRST_HOST - 1):
+            next(hosts)
+        self.addresses = {name: str(next(hosts)) for name in self.file.order}
         for name in self.file.order[:-1]:
             await self._wait_for(self.file.services[name])
             self.started.append(name)
@@ -326,7 +339,7 @@ class _Project:
             oci_runtime=options.oci_runtime, ulimits=options.ulimits, args=args,
             startup_timeout=options.startup_timeout,
             stop_timeout=_grace(service, options.stop_timeout),
-            project=self.id, alias=service.name,
+            project=self.id, addressing=tuple(self._addressing(service.name)),
         )  # fmt: skip
 
     async def down(self) -> None:
@@ -361,6 +374,11 @@ class _Project:
         if errors:
             raise RuntimeLaunchError(f"project {self.id}: " + "; ".join(errors))
 
+    def _addressing(self, service: str) -> list[str]:
+        """The service's own address, and every service's name in its `/etc/hosts`."""
+        hosts = [f"--add-host={name}:{ip}" for name, ip in self.addresses.items()]
+        return ["--ip", self.addresses[service], *hosts]
+
     async def _sweep(self) -> None:
         """Remove every container labelled with this project still there."""
         exe, label = self.runtime._exe, f"--filter=label=proctor.rollout={self.id}"
@@ -372,7 +390,7 @@ class _Project:
         options = self.runtime._options
         argv = [*self.runtime._exe, "run", "-d", "--name", self.container(service.name)]
         argv += ["--pull", "never", *self.labels(service.name)]
-        argv += ["--network", self.network_name, f"--network-alias={service.name}"]
+        argv += ["--network", self.network_name, *self._addressing(service.name)]
         argv += ["--cap-drop", "ALL", *(f"--cap-add={c}" for c in options.capabilities)]
         argv += ["--security-opt", "no-new-privileges"]
         argv += [f"--env={key}" for key in service.environment]
@@ -487,6 +505,20 @@ class _Project:
                     f"project {self.id}: service {service} {what}; its output ends: {tail[-1500:]}"
                 )
         return f"project {self.id}: service {service} {what}"
+
+
+def _subnet(inspected: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """The subnet in `network inspect`'s JSON (podman's or docker's).
+
+    Raises:
+        RuntimeLaunchError: there is none.
+    """
+    with contextlib.suppress(ValueError, LookupError, TypeError, AttributeError):
+        info = json.loads(inspected)[0]
+        subnets = info.get("subnets") or info["IPAM"]["Config"]
+        subnet = subnets[0].get("subnet") or subnets[0]["Subnet"]
+        return ipaddress.ip_network(subnet)
+    raise RuntimeLaunchError(f"network inspect: no subnet in {inspected[:200]!r}")
 
 
 def _grace(service: Service, default: float) -> float:
