@@ -64,6 +64,7 @@ class Template(Scoring):
         if solution is not None:
             self._solution = scorer(solution, self._known_names(), f"template {id!r} solution")
         self._params = inspect.signature(fn).parameters
+        self._names = frozenset(self._params)
         self._var_kw = any(p.kind is p.VAR_KEYWORD for p in self._params.values())
         self._required = frozenset(
             n
@@ -178,6 +179,8 @@ class Template(Scoring):
         return self._schema
 
     def _check_names(self, args: dict[str, Any], error: type[Exception]) -> None:
+        if (self._var_kw or self._names.issuperset(args)) and args.keys() >= self._required:
+            return  # the common case, checked without a loop in Python
         if not self._var_kw:
             unknown = [n for n in args if n not in self._params]
             if unknown:

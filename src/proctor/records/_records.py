@@ -44,11 +44,14 @@ class Grade:
     done: bool | None = None
 
     def __post_init__(self) -> None:
+        if not self.subscores:  # most grades: a bare reward
+            self.subscores = []  # a fresh list still, not the caller's
+            return
         self.subscores = [
             {"name": s.name, "value": s.value, "weight": s.weight} if isinstance(s, SubScore) else s
             for s in self.subscores
         ]
-        if math.isnan(self.reward) and self.subscores:
+        if math.isnan(self.reward):
             self.reward = _weighted_mean(self.subscores, self.reward)
 
     @property
@@ -78,20 +81,18 @@ class Grade:
     def from_wire(cls, data: dict[str, Any]) -> Grade:
         """Parse a `tasks.grade` result (`score` becomes `reward`)."""
         score = data.get("score")
-        if (
-            isinstance(score, bool)
-            or not isinstance(score, int | float)
-            or not math.isfinite(score)
-        ):
+        if isinstance(score, bool) or not isinstance(score, _NUMBER) or not math.isfinite(score):
             raise ValueError(f"grade has no finite numeric score: {score!r}")
-        info = dict(data.get("info") or {})
-        extra = sorted(set(data) - _WIRE_KEYS)
-        if extra:  # a reward dict with keys a grade has no place for: say so, not silently
-            warning = f"reward dict has unknown keys {extra}; ignored"
+        info = data.get("info")
+        info = dict(info) if info else {}
+        if not _WIRE_KEYS.issuperset(data):
+            # a reward dict with keys a grade has no place for: say so, not silently
+            warning = f"reward dict has unknown keys {sorted(set(data) - _WIRE_KEYS)}; ignored"
             info["proctor_warnings"] = [*info.get("proctor_warnings", ()), warning]
+        subscores = data.get("subscores")
         return cls(
             float(score),
-            list(data.get("subscores") or ()),
+            list(subscores) if subscores else [],
             info,
             data.get("content"),
             bool(data.get("isError", False)),
@@ -126,6 +127,7 @@ def _weighted_mean(subscores: list[Any], default: float) -> float:
 
 
 _WIRE_KEYS = frozenset({"score", "subscores", "info", "content", "done", "isError"})
+_NUMBER = (int, float)  # a tuple: `int | float` builds a union on every call
 
 
 @dataclass(slots=True)
