@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_support_example import EXAMPLE, OPENING, _policy_module
 
-from proctor.batch import aexecute
+from proctor.batch import aexecute, plan
 from proctor.samples import samples_from_batch
 from proctor.store import list_rollouts, read_record, read_rollout
 from proctor.testing import FakeModelServer, FakeRequest, Reply
@@ -70,3 +71,34 @@ async def test_a_batch_records_both_dialogues_and_exports_them_masked(
         trained = [m for m in sample.completion if m.get("role") == "assistant"]
         assert all("broken" not in json.dumps(m) for m in trained)
         assert OPENING in json.dumps(sample.prompt)
+
+
+def _config(tmp_path: Path, **extra: Any) -> Path:
+    path = tmp_path / "support.json"
+    doc = {
+        "name": "support",
+        "taskset": {"source": str(EXAMPLE / "tasks.py")},
+        "agents": [{"kind": "python", "agent": str(EXAMPLE / "policy.py") + ":OfflineAgent"}],
+        "runtime": {"kind": "local", "trusted": True},
+        "expected_rollouts": 1,
+        "max_concurrent": 1,
+        "user_model": "openai/gpt-4.1-mini",
+        **extra,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_plan_checks_the_user_models_key_and_price(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    checked = plan(_config(tmp_path), skip_model_check=True)
+    assert checked.check("credentials").reason == (
+        "OPENAI_API_KEY is not set (needed by user model)"
+    )
+    assert checked.check("pricing").ok, checked.check("pricing")
+    unpriced = plan(_config(tmp_path, user_model="openai/no-such-model-x"))
+    assert unpriced.check("pricing").details["unpriced"] == ["openai/no-such-model-x"]
+    ray = plan(_config(tmp_path, executor={"kind": "ray", "address": "auto"}))
+    assert "user_model: executor 'ray'" in ray.check("config").reason

@@ -163,7 +163,10 @@ class ModelUser:
             return self.endpoint
         if self.endpoint is not None:
             return self.endpoint()
-        endpoint = Judge.from_params(self._run_model) if self._run_model else None
+        try:
+            endpoint = Judge.from_params(self._run_model) if self._run_model else None
+        except ValueError as exc:
+            raise ValueError(f"the run's user model (tasks.start's `user` param): {exc}") from None
         if endpoint is None:
             raise RuntimeError(
                 "ModelUser has no endpoint and the run has no user model: run with "
