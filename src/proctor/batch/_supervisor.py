@@ -31,6 +31,7 @@ import orjson
 __all__ = ["READY", "main"]
 
 READY = b"READY"
+_FIRST = 60.0  # seconds for the runner that started the supervisor to take the lease
 
 
 @dataclass(eq=False)
@@ -48,6 +49,7 @@ class _Held:
 @dataclass(eq=False)
 class _Conn:
     writer: asyncio.StreamWriter
+    gone: bool = False  # it closed without `close`: its runner died
 
     def send(self, message: dict[str, Any]) -> None:
         if not self.writer.is_closing():
@@ -63,12 +65,12 @@ class _Supervisor:
         self.over = asyncio.Event()
         self.ended = asyncio.Event()  # every server stopped
         self.lapse: asyncio.TimerHandle | None = None
-        self.lapsed()
+        self.lapsed(max(grace, _FIRST))
 
-    def lapsed(self) -> None:
+    def lapsed(self, grace: float | None = None) -> None:
         """Start the countdown to the end: no runner holds the lease."""
         loop = asyncio.get_running_loop()
-        self.lapse = loop.call_later(self.grace, self.over.set)
+        self.lapse = loop.call_later(self.grace if grace is None else grace, self.over.set)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
@@ -120,11 +122,14 @@ class _Supervisor:
 
     def orphan(self, conn: _Conn) -> None:
         """A runner went away without closing: keep its servers for the grace."""
-        loop = asyncio.get_running_loop()
+        conn.gone = True
         for held in self.held.values():
             if held.owner is conn:
-                held.owner = None
-                held.expiry = loop.call_later(self.grace, held.done.set)
+                self.orphaned(held)
+
+    def orphaned(self, held: _Held) -> None:
+        held.owner = None
+        held.expiry = asyncio.get_running_loop().call_later(self.grace, held.done.set)
 
     async def start(self, conn: _Conn, rid: Any, task_json: str) -> None:
         from ..records import Task
@@ -147,6 +152,8 @@ class _Supervisor:
                 held = _Held(endpoint.url, endpoint.token, conn, task=asyncio.current_task())
                 self.held[held.url] = held
                 ready.set_result(held)
+                if conn.gone:  # its runner died while it started
+                    self.orphaned(held)
                 done = asyncio.ensure_future(held.done.wait())
                 died = endpoint.died
                 await asyncio.wait(
