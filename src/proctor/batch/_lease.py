@@ -85,8 +85,11 @@ class LeasedRuntime(Runtime, AsyncResource):
         finally:
             os.close(dirfd)
         self._listen = asyncio.ensure_future(self._listening())
-        reply = await self._ask({"op": "lease"})
-        self.orphans = reply["orphans"]
+        try:
+            self.orphans = (await self._ask({"op": "lease"}))["orphans"]
+        except BaseException:
+            await self.aclose()
+            raise
 
     def _spawn(self) -> None:
         argv = [sys.executable, "-m", "proctor.batch._supervisor", self.out, str(self.grace)]
@@ -126,7 +129,7 @@ class LeasedRuntime(Runtime, AsyncResource):
             self._writer.close()
         proc, self._proc = self._proc, None
         if proc is not None:
-            await asyncio.to_thread(proc.wait)
+            await asyncio.to_thread(_reap, proc)
 
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
@@ -216,3 +219,12 @@ def leased(config: BatchConfig, batch: str, out: str, log: str) -> LeasedRuntime
         "log": log,
     }
     return LeasedRuntime(out, spec, grace, {**allowed_environ(()), BATCH_ENV: batch})
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the supervisor to exit; kill it if it hangs (its servers die with it)."""
+    try:
+        proc.wait(_START)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
