@@ -132,7 +132,7 @@ class EnvClient(AsyncResource):
             params["resume_token"] = resume_token
         if self._token is not None:
             params["token"] = self._token
-        result = await self._call_object("hello", params)
+        result = self._object("hello", await self.call("hello", params))
         self._manifest = manifest = self._manifest_of(result)
         return manifest
 
@@ -151,7 +151,7 @@ class EnvClient(AsyncResource):
 
     async def list_tasks(self) -> list[dict[str, Any]]:
         """The environment's templates: `[{id, description, args, returns?}]`."""
-        tasks = (await self._call_object("tasks.list", {})).get("tasks")
+        tasks = self._object("tasks.list", await self.call("tasks.list", {})).get("tasks")
         if not isinstance(tasks, list):
             raise ProtocolError(f"{self.url}: tasks.list result has no list of tasks")
         return tasks
@@ -162,25 +162,27 @@ class EnvClient(AsyncResource):
         """Run a task to its first yield; returns `{prompt, ...}`. `extra` are further
         params (`user`: the run's user model endpoint)."""
         params = {"id": task_id, "args": args or {}, **extra}
-        return await self._call_object("tasks.start", params)
+        return self._object("tasks.start", await self.call("tasks.start", params))
 
     async def grade(self, answer: Any = None, **extra: Any) -> dict[str, Any]:
         """Send the answer and return the evaluation `{score, ...}`."""
-        return await self._call_object("tasks.grade", {"answer": answer, **extra})
+        result = await self.call("tasks.grade", {"answer": answer, **extra})
+        return self._object("tasks.grade", result)
 
     async def solve(self) -> Any:
         """Run the task's reference solution in the substrate (`tasks.solve`); its answer.
 
         The task stays in progress: `grade(answer)` comes next.
         """
-        result = await self._call_object("tasks.solve", {})
+        result = self._object("tasks.solve", await self.call("tasks.solve", {}))
         if "answer" not in result:
             raise ProtocolError(f"{self.url}: tasks.solve result has no answer")
         return result["answer"]
 
     async def cancel(self) -> bool:
         """Cancel this session's task (interrupting a running start/grade)."""
-        return bool((await self._call_object("tasks.cancel", {}, overtake=True)).get("cancelled"))
+        result = await self.call("tasks.cancel", {}, overtake=True)
+        return bool(self._object("tasks.cancel", result).get("cancelled"))
 
     async def bye(self) -> None:
         """End the session: the server cancels the task and closes the connection."""
@@ -201,7 +203,13 @@ class EnvClient(AsyncResource):
                     await self._wait_turn()
                 self._busy = True
             try:
-                return await self._here(method, params)
+                session, line, size = self._here(method, params)
+                data = await session.direct(method, decode(line), size)
+                if len(data) + _REPLY_ENVELOPE > MAX_FRAME + 1:
+                    large = FrameTooLarge(f"frame exceeds {MAX_FRAME} bytes", [])
+                    self._fail(large)
+                    raise large
+                return decode(data)
             except _Refusal as exc:
                 refused = (exc.code, exc.message, exc.data)
             finally:
@@ -250,20 +258,20 @@ class EnvClient(AsyncResource):
                 return
         self._busy = False
 
-    async def _call_object(
-        self, method: str, params: dict[str, Any], *, overtake: bool = False
-    ) -> dict[str, Any]:
-        result = await self.call(method, params, overtake=overtake)
+    def _object(self, method: str, result: Any) -> dict[str, Any]:
+        """`method`'s result, which must be an object."""
         if not isinstance(result, dict):
             raise ProtocolError(f"{self.url}: {method} result is not an object: {result!r:.80}")
         return result
 
-    async def _here(self, method: str, params: dict[str, Any]) -> Any:
-        """One call on the held session: params and result cross JSON (and its frame
-        limit) as they would on a socket.
+    def _here(self, method: str, params: dict[str, Any]) -> tuple[_Session, bytes, int]:
+        """A call on the held session: the session, the params' JSON and the request
+        frame's size (params and result cross JSON, and its frame limit, as they would
+        on a socket).
 
         Raises:
-            _Refusal: the session's error answer.
+            ChannelClosed, ConnectionLost: no session to call.
+            RemoteError: the request frame is too large (the connection is lost).
         """
         if self._closed:
             raise ChannelClosed(f"{method}: client is closed")
@@ -276,12 +284,7 @@ class EnvClient(AsyncResource):
             lost = RemoteError(INVALID_REQUEST, f"frame exceeds {MAX_FRAME} bytes")
             self._fail(lost)
             raise lost
-        data = await session.direct(method, decode(line), size)
-        if len(data) + _REPLY_ENVELOPE > MAX_FRAME + 1:
-            large = FrameTooLarge(f"frame exceeds {MAX_FRAME} bytes", [])
-            self._fail(large)
-            raise large
-        return decode(data)
+        return session, line, size
 
     async def _roundtrip(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if self._closed:

@@ -68,7 +68,17 @@ class TaskRunner:
         try:
             if plan.setups:
                 await self._hooks(plan.setups, "setup")
-            frame = await self._first()
+            try:
+                self._gen = self.template.fn(**self._kwargs)
+                first = await self._gen.__anext__()
+            except StopAsyncIteration:
+                raise TaskError(f"{self.task_id}: ended before yielding a prompt") from None
+            except Exception as exc:
+                raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
+            if isinstance(first, _PROMPT):
+                frame: dict[str, Any] = {"prompt": first}
+            else:
+                frame = await self._frame(first)
         finally:
             CURRENT_EPISODE.reset(episode)
         self._ctx.values["prompt"] = frame["prompt"]
@@ -77,16 +87,9 @@ class TaskRunner:
             self._before = (root, await asyncio.to_thread(plan.workspace.snapshot, root))
         return {**frame, "needs": list(plan.needs)} if plan.needs else frame
 
-    async def _first(self) -> dict[str, Any]:
-        try:
-            self._gen = self.template.fn(**self._kwargs)
-            first = await self._gen.__anext__()
-        except StopAsyncIteration:
-            raise TaskError(f"{self.task_id}: ended before yielding a prompt") from None
-        except Exception as exc:
-            raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
-        if isinstance(first, str | list):
-            return {"prompt": first}
+    async def _frame(self, first: Any) -> dict[str, Any]:
+        """The prompt frame of a first yield that is no bare prompt; the generator is
+        closed if it is not one."""
         if isinstance(first, dict) and "prompt" in first and _bindings_ok(first.get("bindings")):
             return first
         await self.cancel()
@@ -125,7 +128,11 @@ class TaskRunner:
                 raise
             raise TaskError(f"{self.task_id}: {type(exc).__name__}: {exc}") from exc
         try:
-            result = await self._score(second)
+            plan = self._plan
+            if second is _ENDED or plan.rewards or plan.metrics:
+                result = await self._score(second)
+            else:  # a bare second yield: nothing to await
+                result = self._normalize(second)
         finally:
             await _close(gen, self.template.id)
         return result if workspace is None else {**result, "workspace": workspace.to_wire()}
@@ -238,6 +245,7 @@ class TaskRunner:
 
 _ENDED: Any = object()  # the template ended without a second yield
 _NUMBER = (bool, int, float)  # a tuple: `bool | int | float` builds a union on every call
+_PROMPT = (str, list)  # a first yield that is the prompt itself
 
 _GRADE_KEYS = frozenset({"score", "subscores", "info", "content", "done", "isError"})
 
