@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_support_example import EXAMPLE, OPENING, _policy_module
+from test_support_example import EXAMPLE, OPENING, _policy_module, _rollout_page
 
 from proctor.batch import aexecute, plan
 from proctor.samples import samples_from_batch
@@ -60,6 +60,9 @@ async def test_a_batch_records_both_dialogues_and_exports_them_masked(
     users = [s for s in rollout["trace"] if s["kind"] == "model_turn" and s["data"].get("user")]
     assert len(users) == 3  # on the trace, marked; the agent's turns are the proxy's own
     assert rollout["model_turns"] and all("user" not in t for t in rollout["model_turns"])
+    page = await _rollout_page(out, played["id"])  # the agent's turns, each with its line
+    assert page.count('class="item turn"') == len(rollout["model_turns"]) == 4
+    assert page.count("request sha256") == 4
     for path in out.rglob("*"):
         assert not path.is_file() or b"sk-user-model-SECRET" not in path.read_bytes(), path
     samples = list(samples_from_batch(tmp_path / "out"))

@@ -163,6 +163,8 @@ def _section(title: str, body: str) -> list[str]:
 def _step(step: dict[str, Any]) -> list[str]:
     """A trace step worth reading (the prompt, answer and grade have their own sections)."""
     kind, content, data = step.get("kind"), step.get("content"), step.get("data") or {}
+    if kind == "model_turn" and data.get("user"):
+        return []  # a simulated user's model: its replies are the dialogue's `user` steps
     if kind == "model_turn":
         return _section(
             f"model turn {data.get('step') or data.get('turn') or ''}".rstrip(),

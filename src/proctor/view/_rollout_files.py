@@ -16,7 +16,7 @@ import orjson
 from .. import store
 from .._errors import StoreError
 from ._files import _Refused, open_inside, stat_inside
-from ._trace_pages import PAGE_STEPS, Cursor, Page, read_page, records, turn_lines
+from ._trace_pages import PAGE_STEPS, Cursor, Page, agent_turns, read_page, records, turn_lines
 
 __all__ = [
     "LOG_LIMIT",
@@ -54,7 +54,7 @@ def read_files(
     page = _trace(root, folder, cursor, refused)
     if page.torn:
         torn["trace.jsonl"] = page.torn
-    turns = len([s for s in page.steps if s.get("kind") == "model_turn"])
+    turns = agent_turns(page.steps)  # those `model_turns.jsonl` holds
     # The last page also holds the proxy's turns past the trace's (at most a page).
     count = turns if page.next is not None else turns + PAGE_STEPS
     return {

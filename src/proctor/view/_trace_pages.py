@@ -23,6 +23,7 @@ __all__ = [
     "TOO_LONG",
     "Cursor",
     "Page",
+    "agent_turns",
     "read_page",
     "records",
     "turn_lines",
@@ -82,7 +83,7 @@ def read_page(f: BinaryIO, cursor: Cursor) -> Page:
     used = 0
     for size, step in _lines(f):
         if page.steps and (len(page.steps) >= PAGE_STEPS or used + size > PAGE_BYTES):
-            page.next = Cursor(at + used, cursor.turns + _turns(page.steps))
+            page.next = Cursor(at + used, cursor.turns + agent_turns(page.steps))
             break
         if step is None:  # a torn last line: the stream ends here for now
             page.torn = size
@@ -162,8 +163,15 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def _turns(steps: list[dict[str, Any]]) -> int:
-    return sum(1 for s in steps if s.get("kind") == "model_turn")
+def agent_turns(steps: list[dict[str, Any]]) -> int:
+    """The agent's model turns among `steps` (a simulated user's, `data["user"]`, are
+    not in `model_turns.jsonl`)."""
+    return sum(1 for s in steps if s.get("kind") == "model_turn" and not _users(s))
+
+
+def _users(step: dict[str, Any]) -> bool:
+    data = step.get("data")
+    return isinstance(data, dict) and bool(data.get("user"))
 
 
 def _prev(f: BinaryIO, cursor: Cursor) -> Cursor:
@@ -180,7 +188,7 @@ def _prev(f: BinaryIO, cursor: Cursor) -> Cursor:
     start = starts[min(len(starts), PAGE_STEPS) - 1] if starts else _line_start(f, lo)
     f.seek(start)
     steps = [s for _, s in _lines_until(f, at) if s]
-    return Cursor(start, max(0, cursor.turns - _turns(steps)))
+    return Cursor(start, max(0, cursor.turns - agent_turns(steps)))
 
 
 def _newlines(block: bytes) -> Iterator[int]:
