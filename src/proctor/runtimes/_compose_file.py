@@ -156,7 +156,7 @@ def parse_compose(
     try:
         import yaml  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
-        raise _Problem("yaml", "reading Compose files needs PyYAML (a proctor dependency): pip install pyyaml") from None
+        raise _Problem("yaml", "reading Compose files needs PyYAML: pip install pyyaml") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
