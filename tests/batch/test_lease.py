@@ -183,8 +183,9 @@ def test_resume_within_the_grace_continues_every_rollout(
 def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
     tmp_path: Path, model: dict[str, Any]
 ) -> None:
-    out, batch_id = _killed_mid_agent(tmp_path, model, lease=2)
+    out, batch_id = _killed_mid_agent(tmp_path, model, lease=4)
     assert _labelled(batch_id)
+    assert (out / "supervisor.sock").stat().st_mode & 0o777 == 0o600  # its uid's alone
     _until("the lease lapsed and everything stopped", lambda: not _labelled(batch_id), 60)
     assert not (out / "supervisor.sock").exists()
 
