@@ -17,6 +17,14 @@ SLOW: dict[str, tuple[str, tuple[str, ...]]] = {
         "20 kill -9 trials of CLI runners (190 s)",
         ("test_kill_9_at_random_points_then_resume",),
     ),
+    "batch/test_lease.py": (
+        "CLI runners killed mid-agent, resumed, their servers' lease lapsed (7-20 s)",
+        (
+            "test_resume_within_the_grace_continues_every_rollout",
+            "test_nothing_outlives_a_lapsed_lease_nor_the_supervisor",
+            "test_the_servers_die_with_their_supervisor",
+        ),
+    ),
     "batch/test_plan.py": (
         "a probe image and container (10 s)",
         ("test_a_container_runtime_loads_the_environment_in_a_probe_container",),

@@ -161,7 +161,6 @@ def _killed_mid_agent(
     return out, batch_id
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["subprocess", "sandbox"])
 def test_resume_within_the_grace_continues_every_rollout(
     tmp_path: Path, model: dict[str, Any], kind: str
@@ -179,7 +178,6 @@ def test_resume_within_the_grace_continues_every_rollout(
     _until("the batch's processes gone", lambda: not _labelled(batch_id), 30)
 
 
-@pytest.mark.slow
 def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
     tmp_path: Path, model: dict[str, Any]
 ) -> None:
@@ -190,7 +188,6 @@ def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
     assert not (out / "supervisor.sock").exists()
 
 
-@pytest.mark.slow
 def test_the_servers_die_with_their_supervisor(tmp_path: Path, model: dict[str, Any]) -> None:
     out, batch_id = _killed_mid_agent(tmp_path, model, lease=60)
     os.kill(_supervisor(out), signal.SIGKILL)
