@@ -66,6 +66,7 @@ _EXPORTS = {
     "Manifest": ".channel",
     "connect": ".channel",
     # runtimes: where an environment is brought up
+    "ComposeRuntime": ".runtimes",
     "ContainerRuntime": ".runtimes",
     "Endpoint": ".runtimes",
     "LocalRuntime": ".runtimes",
@@ -171,6 +172,7 @@ if TYPE_CHECKING:
     from .proxy import InterceptionProxy, ModelLimits
     from .records import Grade, Step, SubScore, Task, Trace
     from .runtimes import (
+        ComposeRuntime,
         ContainerRuntime,
         Endpoint,
         LocalRuntime,
