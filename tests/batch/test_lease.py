@@ -190,7 +190,9 @@ def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
 
 def test_the_servers_die_with_their_supervisor(tmp_path: Path, model: dict[str, Any]) -> None:
     out, batch_id = _killed_mid_agent(tmp_path, model, lease=60)
-    os.kill(_supervisor(out), signal.SIGKILL)
+    supervisor = _supervisor(out)
+    assert set(_labelled(batch_id)) - {supervisor}  # its servers, alive
+    os.kill(supervisor, signal.SIGKILL)
     _until("the servers died with the supervisor", lambda: not _labelled(batch_id), 30)
 
 
