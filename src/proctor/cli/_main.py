@@ -357,12 +357,13 @@ def _add_show(commands: _Commands) -> None:
         "show",
         help="list a recorded run's rollouts, or print one rollout's transcript",
         description="RECORD is the folder 'proctor run' (or 'proctor batch') recorded "
-        "into, or a rollouts/<id>.json file in it. Without ROLLOUT: every rollout's id, "
+        "into, or RECORD/rollouts/<id>.json to name one rollout (its record may be a line "
+        "of a segment file). Without ROLLOUT: every rollout's id, "
         "status, reward and error phase. With it (an id, or its unique beginning): the "
         "prompt, model turns with tool calls, tool results, answer, grade, and the error "
         "with its traceback.",
     )
-    show.add_argument("record", metavar="RECORD", help="output folder or rollouts/<id>.json")
+    show.add_argument("record", metavar="RECORD", help="output folder, or rollouts/<id>.json in it")
     show.add_argument("rollout", metavar="ROLLOUT", nargs="?", help="rollout id (or prefix)")
     _add_json(show)
     show.set_defaults(handler=_lazy("._show", "cmd_show"))
