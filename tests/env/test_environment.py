@@ -1,10 +1,12 @@
 """Authoring: templates mint rows, hooks run in order, definitions fail loudly."""
 
+import gc
 from typing import Any
 
 import pytest
 
 from proctor import Capability, Environment, Task, TemplateError
+from proctor.env import registered
 from proctor.records import Grade, SubScore
 
 
@@ -179,3 +181,17 @@ def test_a_type_without_a_json_schema_does_not_break_the_listing() -> None:
     props = t.info()["args"]["properties"]
     assert props["thing"] == {"default": None}
     assert props["n"] == {"type": "integer", "default": 1}
+
+
+def test_a_dropped_redefinition_leaves_the_earlier_environment_found() -> None:
+    # Found when a test defining Environment("judged") in a function ran before a module
+    # whose own "judged" then could not be found: the registry kept only the latest.
+    kept = Environment("twice-defined")
+    later = Environment("twice-defined")
+    assert registered("twice-defined") is later
+    del later
+    gc.collect()
+    assert registered("twice-defined") is kept
+    del kept
+    gc.collect()
+    assert registered("twice-defined") is None

@@ -28,12 +28,26 @@ Hook = Callable[[], Awaitable[Any] | Any]
 H = TypeVar("H", bound=Hook)
 G = TypeVar("G", bound=Callable[..., Any])
 
-_BY_NAME: weakref.WeakValueDictionary[str, Environment] = weakref.WeakValueDictionary()
+_BY_NAME: dict[str, list[weakref.ref[Environment]]] = {}
 
 
 def registered(name: str) -> Environment | None:
-    """The live `Environment` of this name defined in this process, if any (latest wins)."""
-    return _BY_NAME.get(name)
+    """The live `Environment` of this name defined in this process, if any (latest wins;
+    when the latest is gone, the one defined before it, if that one still lives)."""
+    refs = _BY_NAME.get(name, [])
+    while refs:
+        env = refs[-1]()
+        if env is not None:
+            return env
+        refs.pop()
+    _BY_NAME.pop(name, None)
+    return None
+
+
+def _register(env: Environment) -> None:
+    refs = _BY_NAME.setdefault(env.name, [])
+    refs[:] = [ref for ref in refs if ref() is not None]
+    refs.append(weakref.ref(env))
 
 
 class Environment(Scoring):
@@ -62,7 +76,7 @@ class Environment(Scoring):
         self._shutdown_hooks: list[Hook] = []
         for cap in capabilities:
             self.add_capability(cap)
-        _BY_NAME[name] = self
+        _register(self)
 
     def __repr__(self) -> str:
         return f"<Environment {self.name} v{self.version}: {len(self.tasks)} templates>"
