@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ChannelError, ProtocolError
 from .._usererror import error_traceback, redact
-from ..records import Grade, RunError, Trace
+from ..records import Grade, RunError, Step, Trace
 
 if TYPE_CHECKING:
     from ..channel import EnvClient
@@ -246,9 +246,10 @@ class Run:
         self.start_result = result
         self.prompt = result.get("prompt")
         self.status = "running"
-        self.trace.add("task", None, start=t0, phase="setup")
+        now, steps = time.time(), self.trace.steps  # Trace.add's steps, made in place
+        steps.append(Step("task", None, {"phase": "setup"}, t0, now))
         if self.prompt is not None:
-            self.trace.add("user", self.prompt)
+            steps.append(Step("user", self.prompt, None, now, now))
 
     async def submit(self) -> Grade:
         """Send `tasks.grade` with `trace.content` and record the grade.
@@ -265,7 +266,7 @@ class Run:
         self.grade = _parse_grade(result)
         if workspace is not None:
             self._take_workspace(workspace)
-        self.trace.add("task", result, start=t0, phase="evaluate")
+        self.trace.steps.append(Step("task", result, {"phase": "evaluate"}, t0, time.time()))
         self.status = "completed"
         return self.grade
 

@@ -33,7 +33,7 @@ from .._resource import AsyncResource
 from .._tempdirs import owned_tempdir
 from .._urls import unix_path, with_unix_path
 from ..env import Capability
-from ._ends import Dialer, _ClientProtocol, _LocalEnd, _LocalLink, dialer_for
+from ._ends import TURN, Dialer, _ClientProtocol, _LocalEnd, _LocalLink, dialer_for
 from ._framing import MAX_FRAME, ParseError, decode, encode
 from ._messages import INTERRUPTED, INVALID_REQUEST, request_frame
 from ._session import _REPLY_ENVELOPE, DirectCall, _Refusal, _Session
@@ -545,7 +545,7 @@ class _Connecting:
     async def __aenter__(self) -> EnvClient:
         target, _, token, session_id, resume_token = self.args
         if not isinstance(target, str):
-            await asyncio.sleep(0)  # connecting yields to the loop once, as a socket's would
+            await TURN  # connecting yields to the loop once, as a socket's would
             if not target.closed:  # in process: no wire, no wait
                 client = EnvClient(target.dial_memory, f"memory://{target.env.name}", token=token)
                 client._attach(target)

@@ -5,7 +5,7 @@ as the session's connection), and a capability forwarder's accepted connections.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._server import EnvServer
     from ._session import _Session
 
-__all__ = ["Dialer", "dialer_for"]
+__all__ = ["TURN", "Dialer", "dialer_for"]
 
 Dialer = Callable[[Callable[[], StreamProtocol]], Awaitable[asyncio.Transport]]
 """Opens one connection to a server for the protocol the factory makes."""
@@ -46,6 +46,19 @@ class _ClientProtocol(BufferedReads):
         self.client._fail(
             ConnectionLost(f"connection to {self.client.url} closed" + (f": {exc}" if exc else ""))
         )
+
+
+class _Turn:
+    """Awaited, yields to the event loop once: `asyncio.sleep(0)` in one frame (an
+    in-process client's connect yields so, as a socket's would)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield
+
+
+TURN = _Turn()
 
 
 class _LocalLink:
