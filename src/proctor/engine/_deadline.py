@@ -98,8 +98,9 @@ class Span:
         now = loop.time()
         self.end = now + self.limit
         clock.spans.append(self)
-        if self.end < clock.due:
-            # no timer yet, or one due after us: arm it at the soonest any scope can end
+        if self.end <= clock.due - TICK:
+            # no timer yet, or one due a tick or more after us (a timer due within the
+            # same tick rings in time): arm it at the soonest any scope can end
             shortest = clock.shortest if clock.shortest is not None else self.limit
             clock._arm(loop, min(self.end, now + shortest))
 
