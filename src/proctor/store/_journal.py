@@ -23,10 +23,45 @@ from .._errors import StoreError
 from . import _files, _index
 from ._segments import Segments, read_line
 
-__all__ = ["Durability", "Journal", "Redact", "load_record", "lock_dir"]
+__all__ = ["Durability", "IdFilter", "Journal", "Redact", "load_record", "lock_dir"]
 
 Durability = Literal["default", "strict"]
 Redact = Callable[[bytes], bytes]
+
+
+class IdFilter:
+    """A fixed-size set of strings that may answer "present" wrongly, never "absent"
+    wrongly (a Bloom filter: three bits per id in 512 KiB, allocated on the first add).
+
+    At 100,000 ids about 1 in 3,000 absent ids reads as present; at 1,000,000 about 1
+    in 8. A wrong "present" costs the caller only a look at the index.
+    """
+
+    _BITS = 1 << 22
+    _MASK = _BITS - 1
+
+    def __init__(self) -> None:
+        self._bits: bytearray | None = None
+
+    def _positions(self, key: str) -> tuple[int, int, int]:
+        h = hash(key) & 0xFFFF_FFFF_FFFF_FFFF
+        step = (h >> 32) | 1
+        mask = self._MASK
+        return h & mask, (h + step) & mask, (h + 2 * step) & mask
+
+    def add(self, key: str) -> None:
+        """Remember `key`."""
+        if self._bits is None:
+            self._bits = bytearray(self._BITS >> 3)
+        bits = self._bits
+        for i in self._positions(key):
+            bits[i >> 3] |= 1 << (i & 7)
+
+    def __contains__(self, key: object) -> bool:
+        bits = self._bits
+        if bits is None or not isinstance(key, str):
+            return False
+        return all(bits[i >> 3] & (1 << (i & 7)) for i in self._positions(key))
 
 
 class Journal:
@@ -75,8 +110,9 @@ class Journal:
         self._reader_lock = threading.Lock()
         # The rollouts given a record by this writer: when no other rollout has one (a
         # directory it created, or reopened before any began), a recorder asks the
-        # index only about these.
-        self._written: set[str] = set()
+        # index only about these (and a rare false positive). A filter, not a set of
+        # ids: its size stays the same however many rollouts the batch records.
+        self._written = IdFilter()
         self._recorded_before = False
         self._reopened = False
 
