@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from proctor import StoreError
-from proctor.store import BatchStore, read_rollout
+from proctor.store import BatchStore, _store, list_rollouts, read_rollout
 from proctor.store._journal import IdFilter
 
 
@@ -85,3 +85,18 @@ def test_the_filter_never_forgets_an_id() -> None:
     assert all(rid in seen for rid in ids)
     wrong = sum(f"other-{i}" in seen for i in range(20_000))
     assert wrong < 20  # ~1 in 100,000 at this fill
+
+
+def test_the_plan_is_added_in_chunks_each_id_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_ADD_CHUNK", 3)
+    plan = [Assignment(f"t{i}", f"t{i}") for i in range(8)]
+    twice = [plan[0], plan[1], plan[0], *plan[2:5], plan[1], plan[4], *plan[5:], plan[2]]
+    with BatchStore.create(tmp_path / "out", {}) as store:
+        assert store.add_assignments(twice) == 8
+        assert store.add_assignments(plan) == 0  # (a resumed runner passes it again)
+        assert store.add_assignments([*plan, Assignment("t8", "t8")]) == 1
+    got = list_rollouts(tmp_path / "out", order_by="seq")
+    assert [r["id"] for r in got] == [f"t{i}" for i in range(9)]
+    assert [r["seq"] for r in got] == list(range(9))

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import orjson
+
 from .._errors import CorruptIndexError, StoreError
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "get_offset",
     "get_records_end",
     "is_corrupt",
+    "known_ids",
     "location",
     "location_fields",
     "read",
@@ -152,6 +155,15 @@ def location(db: sqlite3.Connection, rid: str) -> tuple[int, int, int] | None:
     if row is None or None in row:
         return None
     return int(row[0]), int(row[1]), int(row[2])
+
+
+def known_ids(db: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+    """Those of `ids` the index has a row for (one query, however many)."""
+    rows = db.execute(
+        "SELECT id FROM rollouts WHERE id IN (SELECT value FROM json_each(?))",
+        (orjson.dumps(list(ids)).decode(),),
+    )
+    return {rid for (rid,) in rows}
 
 
 def apply_changes(

@@ -39,6 +39,7 @@ from ._recover import Warn
 __all__ = ["BatchStore"]
 
 _REPLAY_CHUNK = 10_000
+_ADD_CHUNK = 2_000  # (each chunk's rows, lines and index changes are alive at once)
 
 
 _RESET = {"reward": None, "error": None, "usage": None, "cost": None, "ended_at": None}
@@ -292,26 +293,28 @@ class BatchStore(Journal):
             ValueError: an id is not a plain name.
         """
         self.flush()
-        known = {rid for (rid,) in self._db.execute("SELECT id FROM rollouts")}
         added = 0
-        chunk: list[PlannedRollout] = []
+        chunk: dict[str, PlannedRollout] = {}
         for a in assignments:
-            if a.rollout_id in known:
-                continue
-            known.add(a.rollout_id)
-            chunk.append(a)
-            if len(chunk) == _REPLAY_CHUNK:
+            chunk.setdefault(a.rollout_id, a)
+            if len(chunk) == _ADD_CHUNK:
                 added += self._add_chunk(chunk)
-                chunk = []
+                chunk = {}
         return added + (self._add_chunk(chunk) if chunk else 0)
 
-    def _add_chunk(self, chunk: list[PlannedRollout]) -> int:
+    def _add_chunk(self, chunk: dict[str, PlannedRollout]) -> int:
+        # The index (the previous chunk committed) says which ids it has: a set of the
+        # plan's ids would hold every one of them until the last chunk.
+        with self._db_lock:  # (the background flush commits on this connection)
+            known = _index.known_ids(self._db, list(chunk))
         now = time.time()
         # One bytearray, not a list of encoded lines: each orjson result holds a page
-        # of heap until freed, so 10,000 of them alive at once would cost 40 MB.
+        # of heap until freed, so thousands of them alive at once would cost MBs.
         lines = bytearray()
         changes = {}
-        for a in chunk:
+        for rid, a in chunk.items():
+            if rid in known:
+                continue
             fields = {
                 "seq": self._next_seq,
                 "task": a.task,
@@ -321,11 +324,12 @@ class BatchStore(Journal):
                 "status": "queued",
             }
             self._next_seq += 1
-            changes[check_id(a.rollout_id)] = fields
-            lines += self._encode({"t": now, "type": "assigned", "id": a.rollout_id, **fields})
-        self._append_events(bytes(lines), changes)
-        self.flush()
-        return len(chunk)
+            changes[check_id(rid)] = fields
+            lines += self._encode({"t": now, "type": "assigned", "id": rid, **fields})
+        if changes:
+            self._append_events(bytes(lines), changes)
+            self.flush()
+        return len(changes)
 
     def amend(self, assignment: PlannedRollout, **fields: Any) -> None:
         """Merge `fields` into an ended rollout's record and index (what is known only
