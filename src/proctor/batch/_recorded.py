@@ -40,7 +40,7 @@ class RecordedRollouts:
     session on `proxy`, to grade, on `judge`, and for its simulated users, on `user`
     (see `execute_run`). `on_run` hears each run once its group
     has ended (with its group rewards); `runs` (by index; only with `keep_runs`, else
-    no run outlives its group) and `wall_s` hold what ended, also after an interrupt.
+    empty: no run outlives its group) and `wall_s` hold what ended, also after an interrupt.
     """
 
     def __init__(
@@ -68,13 +68,13 @@ class RecordedRollouts:
         self.judge = judge
         self.user = user
         self.on_run = on_run
-        self.runs: list[Run | None] = [None] * len(spec.rollouts)
+        self.runs: list[Run | None] = [None] * len(spec.rollouts) if keep_runs else []
         self.keep_runs = keep_runs
         self.wall_s = 0.0
 
     async def run(self, *, view: IO[str] | None = None, title: str = "") -> None:
         """Run every rollout, showing progress on `view` (None: nowhere)."""
-        tally = Tally(len(self.runs))
+        tally = Tally(len(self.spec.rollouts))
         async with contextlib.AsyncExitStack() as stack:
             store = self._open_store(stack)
             if view is not None:
