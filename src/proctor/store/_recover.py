@@ -180,23 +180,23 @@ class _Findings:
 
 def check_records(store: Journal, warn: Warn) -> None:
     """Hold every record present against its index row (the events' view), see above."""
-    status = dict(store._db.execute("SELECT id, status FROM rollouts").fetchall())
+    # The index is asked per id, not read whole: a 100,000-rollout batch's ids would
+    # be held at once for what is a handful of lines and files.
     refused = _Findings(warn, "records refused")
     lost = _Findings(warn, "unreadable records")
-    _check_tail(store, status, refused)
+    _check_tail(store, refused)
     _check_indexed(store, lost, refused)
-    located = {
-        rid
-        for (rid,) in store._db.execute("SELECT id FROM rollouts WHERE record_segment IS NOT NULL")
-    }
     fd = os.open(store._rollouts, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         names = sorted(e.name for e in os.scandir(fd) if e.name.endswith(".json"))
         for name in names:
             rid = name[:-5]
-            if rid not in status or rid in located:
+            found = store._db.execute(
+                "SELECT status, record_segment FROM rollouts WHERE id=?", (rid,)
+            ).fetchone()
+            if found is None or found[1] is not None:
                 continue  # not a rollout of this batch, or superseded by a segment line
-            ended = status[rid] in _index.ENDED
+            ended = found[0] in _index.ENDED
             if ended and _ends_whole(fd, name):
                 continue  # the common case: one pread, no parse
             path = os.path.join(store._rollouts, name)
@@ -216,7 +216,7 @@ def check_records(store: Journal, warn: Warn) -> None:
     lost.close(store.path)
 
 
-def _check_tail(store: Journal, status: dict[str, str], refused: _Findings) -> None:
+def _check_tail(store: Journal, refused: _Findings) -> None:
     """The segment lines after the last one the events witness (see above)."""
     numbers = segment_numbers(store._rollouts)
     if not numbers:
@@ -238,7 +238,7 @@ def _check_tail(store: Journal, status: dict[str, str], refused: _Findings) -> N
             offset += len(line)
             record = _line_record(line)
             rid = record.get("id") if record is not None else None
-            if record is not None and isinstance(rid, str) and rid in status:
+            if record is not None and isinstance(rid, str) and _indexed(store._db, rid):
                 _unwitnessed(store, rid, record, where, refused)
         store._witnessed = max(store._witnessed, (n, offset))
 
@@ -372,6 +372,10 @@ def _lost_line(store: Journal, row: dict[str, Any], where: list[int], lost: _Fin
     lost.add(
         f"{store.path}: the record of {rid} at {file}:{where[1]} is missing or cut short; {then}"
     )
+
+
+def _indexed(db: sqlite3.Connection, rid: str) -> bool:
+    return db.execute("SELECT 1 FROM rollouts WHERE id=?", (rid,)).fetchone() is not None
 
 
 def _row(db: sqlite3.Connection, rid: str) -> dict[str, Any]:
