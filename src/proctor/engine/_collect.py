@@ -8,8 +8,8 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
 
 from ..agents import Run
 from ._groups import apply_group_rewards
@@ -33,7 +33,6 @@ SinkLike = RunSink | Callable[[Run], Awaitable[None] | None]
 """A `RunSink`, or a plain callable taking the run (sync or async)."""
 
 Members = list[tuple[int, Run]]
-T = TypeVar("T")
 
 
 def sink_call(sink: SinkLike | None) -> Callable[[Run], Any] | None:
@@ -136,8 +135,8 @@ class Collector:
 
     def fill(self) -> None:
         """Hand the job the summaries and runs kept so far, in expansion order."""
-        self._job.summaries.extend(_present(self._summaries or ()))
-        self._job.runs.extend(_present(self._runs or ()))
+        self._job.summaries.extend([s for s in self._summaries or () if s is not None])
+        self._job.runs.extend([r for r in self._runs or () if r is not None])
 
     async def _settle(self, members: Members, *, rewards: bool) -> None:
         if rewards and len(members) >= 2:
@@ -162,7 +161,3 @@ class Collector:
         except Exception:
             self.broken = True
             raise
-
-
-def _present(items: Iterable[T | None]) -> Iterator[T]:
-    return (x for x in items if x is not None)

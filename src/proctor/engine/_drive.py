@@ -199,7 +199,9 @@ class _Phases:
 
     def within(self, phase: str, limit: float) -> Span:
         """Move to `phase`; returns its deadline's scope (`limit` seconds)."""
-        self.enter(phase)
+        for observer in self.observers:  # `enter`, inline: a call fewer per phase
+            observer.phase_changed(self.run, phase)
+        self.run.phase = phase
         return Span(self.clock, limit)
 
 

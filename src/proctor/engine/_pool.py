@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from ..agents import Run
 from ._collect import Collector, SinkLike, sink_call
-from ._drive import default_runtime, rollout
+from ._drive import default_runtime, execute_run
 from ._groups import check_group_rewards
 from ._job import Job, Keep
 from ._spec import Planned, RunSpec
@@ -172,9 +172,16 @@ class _Expansion(Sequence[Planned]):
     def __init__(self, rows: list[tuple[Task, str]], group: int) -> None:
         self._rows = rows
         self._group = group
+        self._size = len(rows) * group
 
     def __len__(self) -> int:
-        return len(self._rows) * self._group
+        return self._size
+
+    def __iter__(self) -> Iterator[Planned]:  # not Sequence's: one __getitem__ a rollout
+        group = self._group
+        for task, gid in self._rows:
+            for _ in range(group):
+                yield Planned(task, gid)
 
     @overload
     def __getitem__(self, i: int) -> Planned: ...
@@ -182,10 +189,10 @@ class _Expansion(Sequence[Planned]):
     def __getitem__(self, i: slice) -> Sequence[Planned]: ...
     def __getitem__(self, i: int | slice) -> Planned | Sequence[Planned]:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+            return [self[j] for j in range(*i.indices(self._size))]
         if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
+            i += self._size
+        if not 0 <= i < self._size:
             raise IndexError(i)
         task, gid = self._rows[i // self._group]
         return Planned(task, gid)
@@ -208,20 +215,21 @@ class _LocalExecutor:
 
     async def run(self, spec: RunSpec, finished: Callable[[int, Run], None]) -> None:
         """Run every planned rollout; hand each `Run` to `finished` as it ends."""
+        planned, agents, job_id = spec.rollouts, spec.agents, spec.job_id
+        runtime, timeouts = spec.runtime, spec.timeouts
+        proxy, limits, judge = self.proxy, self.limits, self.judge
 
-        async def one(i: int) -> None:
-            p = spec.rollouts[i]
-            run = await rollout(
-                p.task,
-                spec.agents[p.agent],
-                runtime=spec.runtime,
-                job_id=spec.job_id,
-                group_id=p.group_id,
-                trace_id=p.trace_id,
-                timeout=spec.timeouts,
-                proxy=self.proxy,
-                limits=self.limits,
-                judge=self.judge,
+        async def one(i: int) -> None:  # `rollout()`, one frame fewer per resume
+            p = planned[i]
+            run = Run(p.task, job_id=job_id, group_id=p.group_id, trace_id=p.trace_id)
+            await execute_run(
+                run,
+                agents[p.agent],
+                runtime=runtime,
+                timeout=timeouts,
+                proxy=proxy,
+                limits=limits,
+                judge=judge,
             )
             finished(i, run)
 
