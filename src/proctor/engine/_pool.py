@@ -170,16 +170,16 @@ class _Expansion(Sequence[Planned]):
     demand: a `Planned` per rollout need not live for the whole job."""
 
     def __init__(self, rows: list[tuple[Task, str]], group: int) -> None:
-        self._rows = rows
-        self._group = group
+        self.rows = rows
+        self.group = group
         self._size = len(rows) * group
 
     def __len__(self) -> int:
         return self._size
 
     def __iter__(self) -> Iterator[Planned]:  # not Sequence's: one __getitem__ a rollout
-        group = self._group
-        for task, gid in self._rows:
+        group = self.group
+        for task, gid in self.rows:
             for _ in range(group):
                 yield Planned(task, gid)
 
@@ -194,7 +194,7 @@ class _Expansion(Sequence[Planned]):
             i += self._size
         if not 0 <= i < self._size:
             raise IndexError(i)
-        task, gid = self._rows[i // self._group]
+        task, gid = self.rows[i // self.group]
         return Planned(task, gid)
 
 
@@ -214,17 +214,20 @@ class _LocalExecutor:
         self.stop: Callable[[], bool] | None = None
 
     async def run(self, spec: RunSpec, finished: Callable[[int, Run], None]) -> None:
-        """Run every planned rollout; hand each `Run` to `finished` as it ends."""
-        planned, agents, job_id = spec.rollouts, spec.agents, spec.job_id
+        """Run every planned rollout (`run_taskset`'s expansion); hand each `Run` to
+        `finished` as it ends."""
+        planned = spec.rollouts
+        assert isinstance(planned, _Expansion)
+        rows, group, agent, job_id = planned.rows, planned.group, spec.agents[""], spec.job_id
         runtime, timeouts = spec.runtime, spec.timeouts
         proxy, limits, judge = self.proxy, self.limits, self.judge
 
-        async def one(i: int) -> None:  # `rollout()`, one frame fewer per resume
-            p = planned[i]
-            run = Run(p.task, job_id=job_id, group_id=p.group_id, trace_id=p.trace_id)
+        async def one(i: int) -> None:  # `rollout()` inline: a frame fewer per resume
+            task, gid = rows[i // group]  # no `Planned` made
+            run = Run(task, job_id=job_id, group_id=gid)
             await execute_run(
                 run,
-                agents[p.agent],
+                agent,
                 runtime=runtime,
                 timeout=timeouts,
                 proxy=proxy,
