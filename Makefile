@@ -8,7 +8,7 @@ PEERS := .venv-peers
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench peers sysdeps clean
+.PHONY: demo test lint bench peers sysdeps benchdeps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -63,6 +63,16 @@ sysdeps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSDEPS) >/dev/null; \
 	else echo "make sysdeps: install $(SYSDEPS) (as root: apt-get install -y $(SYSDEPS))" >&2; exit 1; fi
 
+# What only the benchmarks need: x11vnc serves HUD's computer tool its desktop in
+# bench/computer.py (the tests never start it).
+BENCHDEPS := x11vnc
+benchdeps: sysdeps
+	@if command -v x11vnc >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "make benchdeps: installing Debian packages $(BENCHDEPS) (apt-get, as root)" >&2; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BENCHDEPS) >/dev/null; \
+	else echo "make benchdeps: install $(BENCHDEPS) (as root: apt-get install -y $(BENCHDEPS))" >&2; exit 1; fi
+
 demo: $(DEMO_STAMP)
 	$(BIN)/proctor run examples/letters/tasks.py --agent examples/letters/solver.py:solver --group 2
 	$(BIN)/proctor run examples/shellfix/tasks.py
@@ -88,37 +98,42 @@ lint: $(STAMP)
 	MYPYPATH=src:tests $(TEST_MYPY) tests/*.py tests/_support
 	for d in $(TEST_DIRS); do MYPYPATH=src:tests:$$d $(TEST_MYPY) $$d || exit 1; done
 
-# pytest in two processes at once (CI has 2 cores, and much of the suite waits on the
-# children it starts), each over half of the folders by measured time, each with its
-# own leak check; `make -O` prints each shard's output whole once it ends. No folder
-# shares state with another (ports are 0, Ray runs in a namespace of its own, images
-# are content-addressed, containers are labelled per batch). New folders join shard b.
+# pytest in three processes at once (CI has 2 cores, and most of the suite waits on the
+# children it starts: under two shards the cores were busy about a third of the time),
+# each over a third of the folders by measured time, each with its own leak check;
+# `make -O` prints each shard's output whole once it ends. No folder shares state with
+# another (ports are 0, Ray runs in a namespace of its own, images are content-addressed,
+# containers are labelled per batch). New folders join shard c.
 PYTEST := PROCTOR_PEERS_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q
-SHARD_A := tests/batch tests/ray tests/view tests/compat tests/interop tests/engine \
-	tests/proxy tests/tasks tests/testing tests/models
-SHARD_B := $(filter-out $(SHARD_A) tests/__pycache__,$(patsubst %/,%,$(TEST_DIRS))) \
-	$(wildcard tests/test_*.py)
+SHARD_A := tests/batch tests/ray tests/compat tests/engine tests/proxy tests/tasks \
+	tests/testing tests/models
+SHARD_B := tests/importers tests/runtimes tests/compose $(wildcard tests/test_*.py)
+SHARD_C := $(filter-out $(SHARD_A) $(SHARD_B) tests/__pycache__,$(patsubst %/,%,$(TEST_DIRS)))
 
 # Each shard writes a JUnit report; the run ends with their sum as one plain count.
 SHARD_XML := .pytest_cache/shard
+SHARDS := a b c
 test: $(STAMP) peers $(VERIFIERS)/.installed $(INSPECT)/.installed sysdeps lint
-	@rm -f $(SHARD_XML)-a.xml $(SHARD_XML)-b.xml; rc=0; \
-	$(MAKE) --no-print-directory -j2 -O test-shard-a test-shard-b || rc=$$?; \
-	$(BIN)/python tests/_support/shards.py $(SHARD_XML)-a.xml $(SHARD_XML)-b.xml || rc=1; \
+	@rm -f $(SHARDS:%=$(SHARD_XML)-%.xml); rc=0; \
+	$(MAKE) --no-print-directory -j3 -O $(SHARDS:%=test-shard-%) || rc=$$?; \
+	$(BIN)/python tests/_support/shards.py $(SHARDS:%=$(SHARD_XML)-%.xml) || rc=1; \
 	exit $$rc
 
-.PHONY: test-shard-a test-shard-b
+.PHONY: $(SHARDS:%=test-shard-%)
 test-shard-a:
 	$(PYTEST) --junitxml=$(SHARD_XML)-a.xml $(SHARD_A)
 test-shard-b:
 	$(PYTEST) --junitxml=$(SHARD_XML)-b.xml $(SHARD_B)
+test-shard-c:
+	$(PYTEST) --junitxml=$(SHARD_XML)-c.xml $(SHARD_C)
 
-bench: $(STAMP) peers $(VERIFIERS)/.installed
+bench: $(STAMP) peers $(VERIFIERS)/.installed benchdeps
 	$(BIN)/python bench/rollouts.py --peers-python $(PEERS)/bin/python
 	$(BIN)/python bench/floor.py
 	$(BIN)/python bench/versus.py --commit 41c5b05
 	$(BIN)/python bench/proxy.py --verifiers-python $(VERIFIERS)/bin/python
 	$(BIN)/python bench/substrates.py --peers-python $(PEERS)/bin/python
+	$(BIN)/python bench/computer.py --peers-python $(PEERS)/bin/python
 
 clean:
 	rm -rf $(VENV) $(PEERS) $(VERIFIERS) $(INSPECT) .pytest_cache .mypy_cache .ruff_cache
