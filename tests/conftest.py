@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 from _support import slow
 from _support.echo_env import make_echo_env
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 pytest_plugins = ["_support.leak_check"]
 
 Replies = list[Reply | str]
+
+# No per-example deadline: the machines are shared, and a time limit in a unit test fails
+# on load, not on a bug (test_random_rows_round_trip_exactly did, at 200 ms).
+settings.register_profile("proctor", deadline=None)
+settings.load_profile("proctor")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

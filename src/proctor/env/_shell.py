@@ -264,10 +264,9 @@ class ShellServer:
             try:
                 if not proc.exited.done():  # cancelled: take the whole group down with it
                     _killpg(pgid)
-                    # ...and reap the shell, or its Popen outlives the loop unreaped
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(2):
-                            await asyncio.shield(proc.exited)
+                    # ...and reap the shell, or its Popen outlives the loop unreaped (a
+                    # SIGKILLed group exits; a 2 s limit here ran out on a loaded machine)
+                    await _exit_of_killed(proc.exited)
             finally:
                 transport.close()
             if not _alive(pgid):
@@ -377,6 +376,18 @@ def _feed(transport: asyncio.SubprocessTransport, text: str) -> None:
     if pipe is not None:
         pipe.write(text.encode())
         pipe.write_eof()
+
+
+async def _exit_of_killed(exited: asyncio.Future[None]) -> None:
+    """Wait for a killed process's exit even when cancelled meanwhile; then re-raise."""
+    cancelled = False
+    while not exited.done():
+        try:
+            await asyncio.shield(exited)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _killpg(pgid: int) -> None:
