@@ -1,7 +1,7 @@
 """Rollout benchmarks: proctor and the HUD SDK side by side, in one run, one table.
 
     .venv/bin/python bench/rollouts.py --peers-python .venv-peers/bin/python [--quick]
-        [--sizes 1000,10000,100000] [--batch-sizes 1000,10000] [--scale-only]
+        [--sizes 1k,10k,100k] [--batch-sizes 1k,10k,100k] [--scale-only]
 
 Every section of each side runs in a fresh interpreter: `bench/_proctor_side.py` under
 this python, `bench/_hud_side.py` under `--peers-python` (hud==0.6.21) with a scrubbed
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", metavar="PATH", help="also write every raw result here")
     parser.add_argument("--sizes", type=_sizes, help="scale table sizes (default 1k,10k,100k)")
-    parser.add_argument("--batch-sizes", type=_sizes, help="the batch's (default 1k,10k)")
+    parser.add_argument("--batch-sizes", type=_sizes, help="the batch's (default 1k,10k,100k)")
     parser.add_argument("--scale-only", action="store_true", help="only the scale table")
     args = parser.parse_args(argv)
     if args.scale_only:
@@ -417,13 +417,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sizes(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
+    """`1000,10000` or `1k,10k,100k`."""
+    return [int(x[:-1]) * 1000 if x.lower().endswith("k") else int(x) for x in text.split(",")]
 
 
 def scale(args: argparse.Namespace) -> int:
     """The scale table, with the load before and after."""
     sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
-    batch = args.batch_sizes or ([1000] if args.quick else [1000, 10_000])
+    batch = args.batch_sizes or ([1000] if args.quick else [1000, 10_000, 100_000])
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="proctor-scale-") as name:
         lines, raw = _scale.section(sizes, batch, Path(name), 3600.0, log)
