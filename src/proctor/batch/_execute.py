@@ -82,7 +82,9 @@ async def aexecute(
         if not isinstance(config, BatchConfig):
             config = load_config(config)
         config = _with_durability(config, durability)
-    plan = await aplan(config, allow_partial=allow_partial, skip_model_check=skip_model_check)
+    plan = await aplan(
+        config, allow_partial=allow_partial, skip_model_check=skip_model_check, table=False
+    )
     if not plan.ok:
         return BatchResult(launched=False, output_dir=None, plan=plan)
     if not isinstance(config, BatchConfig):
@@ -92,7 +94,6 @@ async def aexecute(
     options = {"allow_partial": allow_partial, "skip_model_check": skip_model_check}
     work = _Queued(config, plan)
     store = _create(out, _meta(config, plan, setup, options), config, work.assignments())
-    del plan  # its assignment table is the size of the batch: the work is made again
     return await Runner(store, setup, "execute").run(work, len(work), view)
 
 
@@ -102,8 +103,8 @@ class _Queued:
 
     def __init__(self, config: BatchConfig, plan: Plan) -> None:
         self._config = config
-        self._slugs = list(dict.fromkeys(a.task for a in plan.assignments))
-        self._size = sum(1 for a in plan.assignments if a.enabled)
+        self._slugs = plan._slugs
+        self._size = config.count(len(self._slugs))[1]
 
     def __len__(self) -> int:
         return self._size
@@ -303,6 +304,7 @@ async def _reload(store: BatchStore, out: str) -> tuple[Setup, Plan]:
         config,
         allow_partial=bool(options.get("allow_partial")),
         skip_model_check=bool(options.get("skip_model_check")),
+        table=False,
     )
     from ._reconcile import reconcile
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ._config import (
     Assignment,
@@ -41,6 +41,7 @@ from ._config import (
     LocalRuntimeConfig,
     PythonAgentEntry,
 )
+from ._config_ids import _MAX_ID, _clean, rollout_id
 from ._config_load import load_config
 from ._plan_env import Loaded, load
 from ._plan_models import catalogs, credentials, keys_in_environment, projected_cost, unpriced
@@ -88,6 +89,8 @@ class Plan(BaseModel):
     projected_cost_usd: float | None
     """Worst case under the per-rollout limits; None when they do not bound it."""
     assignments: list[Assignment]
+    _slugs: list[str] = PrivateAttr(default_factory=list)
+    """The taskset's slugs, in order: `BatchConfig.iter_assignments` makes the table again."""
 
     def check(self, name: str) -> Check:
         """The check called `name`.
@@ -133,8 +136,13 @@ async def aplan(
     *,
     allow_partial: bool = False,
     skip_model_check: bool = False,
+    table: bool = True,
 ) -> Plan:
-    """`plan`, for callers already in an event loop."""
+    """`plan`, for callers already in an event loop.
+
+    `table=False` leaves `assignments` empty when every check passes: for a caller
+    that makes them again one at a time (`execute`), so none is held meanwhile.
+    """
     if not isinstance(config, BatchConfig):
         path = Path(config)
         try:
@@ -148,10 +156,9 @@ async def aplan(
     loaded = loading.result()
     slugs = [row["slug"] for row in loaded.rows or ()]
     total, enabled = config.count(len(slugs))
-    table = await _table(config, slugs) if total <= config.max_rollouts else []
     cost = _cost(config, len(slugs))
     checks = [
-        _check_config(config, loaded, table),
+        _check_config(config, loaded, slugs),
         _check_count(config, loaded, slugs, (total, enabled), allow_partial),
         _check_credentials(config),
         _check_environment(config, loaded),
@@ -159,8 +166,10 @@ async def aplan(
         models.result(),
         _check_pricing(config, cost),
     ]
-    return Plan(
-        ok=all(c.ok for c in checks),
+    ok = all(c.ok for c in checks)
+    built = total <= config.max_rollouts and (table or not ok)  # a refusal shows its table
+    done = Plan(
+        ok=ok,
         config=None if config.path is None else str(config.path),
         config_digest=config.digest(),
         batch=config.name or (config.path.stem if config.path else None),
@@ -168,8 +177,10 @@ async def aplan(
         rollouts={"total": total, "enabled": enabled, "expected": config.expected_rollouts},
         projected_concurrency=min(enabled, config.max_concurrent),
         projected_cost_usd=cost,
-        assignments=table,
+        assignments=await _table(config, slugs) if built else [],
     )
+    done._slugs = slugs
+    return done
 
 
 async def _table(config: BatchConfig, slugs: list[str]) -> list[Assignment]:
@@ -215,7 +226,7 @@ def _result(name: str, problems: list[str], passed: str, details: dict[str, Any]
 # -- 1. config --------------------------------------------------------------------------
 
 
-def _check_config(config: BatchConfig, loaded: Loaded, table: list[Assignment]) -> Check:
+def _check_config(config: BatchConfig, loaded: Loaded, slugs: list[str]) -> Check:
     problems = []
     if loaded.taskset_error is not None:
         problems.append(f"taskset: {loaded.taskset_error}")
@@ -223,8 +234,9 @@ def _check_config(config: BatchConfig, loaded: Loaded, table: list[Assignment]) 
     problems += _agent_problems(config, names, loaded)
     problems += [f"agent name {n!r} is used by {c} entries" for n, c in _dupes(names)]
     problems += _same_agents(config, names)
-    ids = [a.rollout_id for a in table]
-    problems += [f"rollout id {i!r} is made {c} times" for i, c in _dupes(ids)]
+    total = config.count(len(slugs))[0]
+    if total <= config.max_rollouts:
+        problems += [f"rollout id {i!r} is made {c} times" for i, c in _dupe_ids(config, slugs)]
     details = {
         "taskset": loaded.taskset_name,
         "rows": len(loaded.rows or ()),
@@ -233,9 +245,8 @@ def _check_config(config: BatchConfig, loaded: Loaded, table: list[Assignment]) 
     }
     if config.deprecated:  # old keys still read, for one release: say the new ones
         details["deprecated"] = config.deprecated
-    total = config.count(len(loaded.rows or ()))[0]
     passed = f"{total} assignments with unique rollout ids"
-    if len(table) < total:
+    if total > config.max_rollouts:
         passed = f"{total} assignments (not built: more than max_rollouts)"
     return _result("config", problems, passed, details)
 
@@ -273,6 +284,28 @@ def _runnable(config: BatchConfig, entry: CommandAgentEntry) -> bool:
 
 def _dupes(items: list[str]) -> list[tuple[str, int]]:
     return [(item, count) for item, count in Counter(items).items() if count > 1]
+
+
+def _dupe_ids(config: BatchConfig, slugs: list[str]) -> list[tuple[str, int]]:
+    """Rollout ids made more than once, in table order, counted per task and agent entry
+    rather than per rollout: an id is `<prefix>r<k>` (cut and hashed when long), and
+    prefixes end in `--r`, so two ids are the same only where two prefixes are."""
+    names = config.agent_names()
+    made: Counter[str] = Counter()
+    first: dict[str, tuple[str, str]] = {}
+    for slug in slugs:
+        for name in names:
+            prefix = f"{_clean(slug)}--{_clean(name)}--r"  # as `iter_assignments` makes it
+            made[prefix] += 1
+            first.setdefault(prefix, (slug, name))
+    dupes = []
+    for prefix, count in made.items():
+        if count > 1:
+            slug, name = first[prefix]
+            for k in range(1, config.repeats + 1):
+                rid = f"{prefix}{k}"
+                dupes.append((rid if len(rid) <= _MAX_ID else rollout_id(slug, name, k), count))
+    return dupes
 
 
 def _same_agents(config: BatchConfig, names: list[str]) -> list[str]:
