@@ -344,7 +344,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="proctor-bench-computer-") as tmp:
-        hud = Hud(args.peers_python, Path(tmp))
+        hud = Hud(args.peers_python.absolute(), Path(tmp))  # its children run elsewhere
         result = asyncio.run(main(args, hud))
     after = os.getloadavg()
     print(f"cores: {os.cpu_count()}  load before: {before[0]:.2f}  after: {after[0]:.2f}")
