@@ -8,9 +8,11 @@ killed -9 while every rollout waits on it, with no model turn in flight.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -191,9 +193,31 @@ def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
 def test_the_servers_die_with_their_supervisor(tmp_path: Path, model: dict[str, Any]) -> None:
     out, batch_id = _killed_mid_agent(tmp_path, model, lease=60)
     supervisor = _supervisor(out)
-    assert set(_labelled(batch_id)) - {supervisor}  # its servers, alive
+    servers = set(_labelled(batch_id)) - {supervisor}
+    assert servers  # its servers, alive
+    for junk in (b"not json\n", b"[1, 2]\n", b'{"no": "op"}\n', b"7" * 100_000 + b"\n"):
+        _send_raw(out / "supervisor.sock", junk)  # a broken peer is dropped, nothing else
+    assert _supervisor(out) == supervisor and servers <= set(_labelled(batch_id))
+    assert "Traceback" not in (out / "environment.log").read_text(errors="replace")
     os.kill(supervisor, signal.SIGKILL)
     _until("the servers died with the supervisor", lambda: not _labelled(batch_id), 30)
+
+
+def _send_raw(path: Path, data: bytes) -> None:
+    """Send `data` on the Unix socket at `path` (through its folder's fd: a tmp path may
+    be longer than a socket address allows) and wait for the peer to close."""
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(10)
+            sock.connect(f"/proc/self/fd/{folder}/{path.name}")
+            with contextlib.suppress(OSError):
+                sock.sendall(data)
+                sock.shutdown(socket.SHUT_WR)
+                while sock.recv(65536):
+                    pass
+    finally:
+        os.close(folder)
 
 
 def test_a_harness_placed_in_the_substrate_is_refused_a_lease(tmp_path: Path) -> None:

@@ -87,8 +87,8 @@ class _Supervisor:
                     closed = True
                     break
                 self.request(conn, message)
-        except (ConnectionError, orjson.JSONDecodeError, KeyError):
-            pass
+        except (ConnectionError, ValueError, KeyError, TypeError):
+            pass  # a broken peer (a line over 64 KiB, not JSON, not an object): drop it
         finally:
             self.conns.discard(conn)
             if closed:  # the batch is over: answer once everything stopped
