@@ -295,6 +295,63 @@ def test_the_reach_check_sees_private_modules_and_unexported_names() -> None:
     ]
 
 
+def _file_edges(sources: list[tuple[str, bool, str]]) -> dict[str, set[str]]:
+    """Module -> the modules of its own package it imports (nested and TYPE_CHECKING
+    imports too); a package's `__init__` is left out, as it re-exports its modules."""
+    known = {name for name, is_package, _ in sources if not is_package}
+    edges: dict[str, set[str]] = {}
+    for name, is_package, text in sources:
+        if is_package:
+            continue
+        edges[name] = set()
+        for i in _names(name, is_package, text):
+            for target in (f"{i.module}.{i.name}", i.module):
+                if target in known and target != name:
+                    edges[name].add(target)
+                    break
+    return edges
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles among modules: each strongly connected set of two or more."""
+    found: list[list[str]] = []
+    seen: set[str] = set()
+    for start in sorted(edges):
+        if start in seen:
+            continue
+        reach = _reachable(edges, start)
+        circle = sorted(m for m in reach if start in _reachable(edges, m))
+        seen.update(circle)
+        if len(circle) > 1:
+            found.append(circle)
+    return found
+
+
+def _reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    found, todo = {start}, [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in found:
+                found.add(nxt)
+                todo.append(nxt)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    sources = [(name, is_package, path.read_text()) for path, name, is_package in _sources()]
+    assert _circles(_file_edges(sources)) == []
+
+
+def test_the_circle_check_sees_type_checking_and_nested_imports() -> None:
+    sources = [
+        ("proctor.x._a", False, "from ._b import B\n"),
+        ("proctor.x._b", False, "if TYPE_CHECKING:\n    from ._c import C\n"),
+        ("proctor.x._c", False, "def f():\n    from . import _a\n"),
+        ("proctor.x._d", False, "from ._a import A\n"),
+    ]
+    assert _circles(_file_edges(sources)) == [["proctor.x._a", "proctor.x._b", "proctor.x._c"]]
+
+
 def _lazy_tables() -> dict[Path, tuple[dict[str, str], dict[str, str], list[str]]]:
     """Per package `__init__.py` with a lazy table: (table, TYPE_CHECKING mirror, __all__)."""
     found = {}

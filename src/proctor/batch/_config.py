@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,6 +31,20 @@ from .._errors import BatchConfigError
 from ._config_computer import ComputerAgentEntry, FrameConfig
 from ._config_ids import _MAX_ID, Assignment, _clean, rollout_id
 from ._config_model import PlacementFields, model_name, model_string
+from ._config_substrates import (
+    ComposeRuntimeConfig,
+    ContainerRuntimeConfig,
+    LocalRuntimeConfig,
+    RayRuntimeConfig,
+    RuntimeConfig,
+    SandboxRuntimeConfig,
+    Seconds,
+    SubprocessRuntimeConfig,
+    UrlRuntimeConfig,
+    _Model,
+    _no_secret_names,
+    isolated_runtime,
+)
 
 if TYPE_CHECKING:
     from ..engine import Timeouts
@@ -66,9 +79,6 @@ __all__ = [
     "rollout_id",
 ]
 
-# Variable names the harness's environment never carries from the parent (the same
-# rule `CommandAgent` applies): a config that sets one would put a secret in a file.
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
 MAX_ROLLOUTS = 1_000_000
 _RENAMED = "max_concurrency is deprecated: name it max_concurrent (same meaning)"
 _RAY_CONCURRENCY = (
@@ -80,7 +90,6 @@ document of about 200 MB, and far more rollouts than one runner finishes in a da
 _INTERPRETERS = re.compile(r"(python[\d.]*|node|bash|sh|uv|uvx|npx|deno|bun|ruby|perl)")
 
 PositiveInt = Annotated[int, Field(ge=1)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class ConfigProblem(BaseModel):
@@ -100,20 +109,6 @@ class ConfigProblem(BaseModel):
         """`FILE:LINE: PATH: MESSAGE`, leaving out what is unknown."""
         where = ":".join(str(p) for p in (self.file, self.line) if p is not None)
         return ": ".join(p for p in (where, self.path, self.message) if p)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def _no_secret_names(env: dict[str, str]) -> dict[str, str]:
-    secret = sorted(name for name in env if _SECRET_NAME.search(name))
-    if secret:
-        raise ValueError(
-            f"{', '.join(secret)}: secrets never go in a config file; "
-            "the harness gets model credentials from the interception proxy"
-        )
-    return env
 
 
 # -- taskset ----------------------------------------------------------------------------
@@ -223,159 +218,6 @@ class PythonAgentEntry(_AgentBase):
 
 AgentEntry: TypeAlias = Annotated[
     ToolAgentEntry | CommandAgentEntry | PythonAgentEntry | ComputerAgentEntry,
-    Field(discriminator="kind"),
-]
-
-
-# -- runtime ----------------------------------------------------------------------------
-
-
-class _Launch(_Model):
-    startup_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 60.0
-    stop_timeout: Seconds = 5.0
-
-
-class LocalRuntimeConfig(_Model):
-    """Serve in the runner's process (`LocalRuntime`): task code shares the runner's
-    memory and environment, provider keys included, so it is for trusted code only."""
-
-    kind: Literal["local"]
-    trusted: bool = False
-    """Say the task code is trusted: without it the plan refuses a local runtime while
-    a provider key is in the runner's environment."""
-
-
-class SubprocessRuntimeConfig(_Launch):
-    """A child process per rollout (`SubprocessRuntime`), optionally from warm zygotes."""
-
-    kind: Literal["subprocess"]
-    warm: bool | Annotated[int, Field(ge=0)] = False
-    """Fork each rollout from this many zygotes (`true` is 1)."""
-    python: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    command: list[str] | None = None
-    """A full command instead of `python -m proctor.serve SOURCE` (not with `warm`)."""
-    cwd: str | None = None
-    lease: Seconds | None = None
-    """Keep the servers alive under a lease supervisor, for this many seconds after the
-    runner dies, so `--resume` continues their in-flight rollouts (`batch._lease`)."""
-
-    _env = field_validator("env")(_no_secret_names)
-
-
-class SandboxRuntimeConfig(_Launch):
-    """A bubblewrap sandbox per rollout (`SandboxRuntime`)."""
-
-    kind: Literal["sandbox"]
-    network: Literal["none", "host"] = "none"
-    warm: bool = False
-    python: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    binds: list[str] = Field(default_factory=list)
-    writable: list[str] = Field(default_factory=list)
-    bwrap: str = "bwrap"
-    """The bubblewrap executable."""
-    lease: Seconds | None = None
-    """As `SubprocessRuntimeConfig.lease` (not with a harness placed in the substrate)."""
-    limits: dict[str, Any] = Field(default_factory=dict)
-    """Over `SandboxRuntime`'s defaults: `memory`, `processes`, `file_size`, `tmpfs`,
-    `cpu_time`, `wall_time` (None lifts one); a task's `runtime_config` overrides."""
-
-    _env = field_validator("env")(_no_secret_names)
-
-    @field_validator("limits")
-    @classmethod
-    def _limits(cls, limits: dict[str, Any]) -> dict[str, Any]:
-        from ..runtimes._sandbox_limits import _Limits
-
-        _Limits.parse(limits, "limits")  # the runtime's own rules, so they never drift
-        return limits
-
-
-class ContainerRuntimeConfig(_Launch):
-    """A container per rollout (`ContainerRuntime`), never pulled."""
-
-    kind: Literal["container"]
-    image: str | None = None
-    """Default: each task's `runtime_config["image"]`."""
-    source: str | None = None
-    """Environment source path inside the image."""
-    command: list[str] | None = None
-    env_name: str | None = None
-    engine: Literal["podman", "docker"] | None = None
-    network: str = "none"
-    port: Annotated[int, Field(ge=1, le=65535)] = 8000
-    env: dict[str, str] = Field(default_factory=dict)
-    mounts: list[str] = Field(default_factory=list)
-    resources: dict[str, Any] = Field(default_factory=dict)
-    """`{"cpus": 1.5, "memory": "512m", "pids": 256}`; a task's own override these."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    oci_runtime: str | None = None
-    ulimits: dict[str, int | tuple[int, int]] | None = None
-    """Per-container limits; default: `ContainerRuntime`'s."""
-    args: list[str] = Field(default_factory=list)
-
-    _env = field_validator("env")(_no_secret_names)
-
-
-class ComposeRuntimeConfig(_Launch):
-    """A Compose project per rollout (`ComposeRuntime`), never pulled."""
-
-    kind: Literal["compose"]
-    file: str | None = None
-    """The Compose file; default: each task's `runtime_config["compose"]`."""
-    source: str | None = None
-    """Environment source path inside the `main` service's image."""
-    command: list[str] | None = None
-    env_name: str | None = None
-    main: str = "main"
-    """The service that serves the environment."""
-    engine: Literal["podman", "docker"] | None = None
-    variables: dict[str, str] = Field(default_factory=dict)
-    """Values for `${NAME}` in the Compose file."""
-    capabilities: list[str] = Field(default_factory=list)
-    resources: dict[str, Any] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
-    oci_runtime: str | None = None
-    build_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 600.0
-
-    _variables = field_validator("variables")(_no_secret_names)
-
-
-class RayRuntimeConfig(_Launch):
-    """Each rollout's environment as a Ray actor (`RayRuntime`)."""
-
-    kind: Literal["ray"]
-    address: str | None = None
-    """`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup."""
-    resources: dict[str, Any] = Field(default_factory=dict)
-
-
-class UrlRuntimeConfig(_Model):
-    """An environment already served elsewhere (`UrlRuntime(url)`)."""
-
-    kind: Literal["url"]
-    url: str
-    """`tcp://host:port` or `unix:///path`."""
-    token_env: str | None = None
-    """The variable holding the server's shared token (the name, never the token)."""
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, url: str) -> str:
-        if not url.startswith(("tcp://", "unix://")):
-            raise ValueError(f"expected tcp://HOST:PORT or unix:///PATH, got {url!r}")
-        return url
-
-
-RuntimeConfig: TypeAlias = Annotated[
-    LocalRuntimeConfig
-    | SubprocessRuntimeConfig
-    | SandboxRuntimeConfig
-    | ContainerRuntimeConfig
-    | ComposeRuntimeConfig
-    | RayRuntimeConfig
-    | UrlRuntimeConfig,
     Field(discriminator="kind"),
 ]
 
@@ -614,11 +456,3 @@ def _drop_new_defaults(doc: dict[str, Any]) -> None:
         doc["runtime"].pop("lease", None)
     if doc["executor"].get("kind") == "ray" and doc["executor"].get("concurrency") is None:
         doc["executor"]["concurrency"] = 32  # the default it had, which it meant
-
-
-def isolated_runtime() -> SandboxRuntimeConfig | SubprocessRuntimeConfig:
-    """The default runtime: a bubblewrap sandbox where `bwrap` is on PATH, else a child
-    process with an allowlisted environment; never the runner's own process."""
-    if shutil.which("bwrap") is not None:
-        return SandboxRuntimeConfig(kind="sandbox")
-    return SubprocessRuntimeConfig(kind="subprocess")

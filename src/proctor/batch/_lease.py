@@ -26,15 +26,14 @@ from .._errors import BatchConfigError, RuntimeLaunchError, TeardownError
 from .._resource import AsyncResource
 from ..runtimes import Endpoint, Runtime
 from ._config import ConfigProblem
-from ._supervisor import READY
+from ._supervisor import READY, SOCKET
 
 if TYPE_CHECKING:
     from ..records import Task
     from ._config import BatchConfig
 
-__all__ = ["SOCKET", "LeasedRuntime", "leased"]
+__all__ = ["LeasedRuntime", "leased"]
 
-SOCKET = "supervisor.sock"  # in the batch's folder
 _START = 60.0  # seconds for the supervisor to come up
 _GONE = "the lease supervisor died"
 

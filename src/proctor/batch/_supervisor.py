@@ -28,9 +28,10 @@ from typing import Any
 
 import orjson
 
-__all__ = ["READY", "main"]
+__all__ = ["READY", "SOCKET", "main"]
 
 READY = b"READY"
+SOCKET = "supervisor.sock"  # in the batch's folder
 _FIRST = 60.0  # seconds for the runner that started the supervisor to take the lease
 
 
@@ -192,7 +193,6 @@ async def main(out: str, grace: float) -> None:
     """Serve the lease in the folder `out` until it lapses or a runner closes it."""
     from ._config import BatchConfig
     from ._config_runtime import build_runtime
-    from ._lease import SOCKET
 
     spec = orjson.loads(sys.stdin.buffer.read())
     config = BatchConfig.model_validate(spec["config"])

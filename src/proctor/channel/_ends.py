@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from .._errors import ConnectError, ConnectionLost, FrameTooLarge
@@ -16,18 +16,31 @@ from ._reads import BufferedReads
 from ._splice import Pipe, host_port
 
 if TYPE_CHECKING:
-    from ._client import EnvClient
     from ._server import EnvServer
     from ._session import _Session
 
-__all__ = ["TURN", "Dialer", "dialer_for"]
+__all__ = ["TURN", "ClientSide", "Dialer", "dialer_for"]
 
 Dialer = Callable[[Callable[[], StreamProtocol]], Awaitable[asyncio.Transport]]
 """Opens one connection to a server for the protocol the factory makes."""
 
 
+class ClientSide(Protocol):
+    """What the ends below need of the client they serve (`EnvClient`)."""
+
+    url: str
+    _link: _LocalLink | None
+    _locals: set[_LocalEnd]
+    _tunnels: set[asyncio.Task[Any]]
+
+    def _on_frame(self, line: bytes) -> None: ...
+    def _fail(self, exc: Exception) -> None: ...
+    def _admit(self, transport: asyncio.BaseTransport) -> bool: ...
+    async def _tunnel(self, name: str, local: Pipe) -> None: ...
+
+
 class _ClientProtocol(BufferedReads):
-    def __init__(self, client: EnvClient) -> None:
+    def __init__(self, client: ClientSide) -> None:
         self.client = client
         self.buffer = LineBuffer()
 
@@ -68,8 +81,8 @@ class _LocalLink:
 
     __slots__ = ("client", "server", "session")
 
-    def __init__(self, client: EnvClient, server: EnvServer) -> None:
-        self.client: EnvClient | None = client
+    def __init__(self, client: ClientSide, server: EnvServer) -> None:
+        self.client: ClientSide | None = client
         self.server = server
         self.session: _Session | None = None
         client._link = self
@@ -104,7 +117,7 @@ class _LocalEnd(Pipe):
     With `same_uid` (a TCP forwarder), a connection from another uid is closed at once.
     """
 
-    def __init__(self, client: EnvClient, name: str, *, same_uid: bool = False) -> None:
+    def __init__(self, client: ClientSide, name: str, *, same_uid: bool = False) -> None:
         super().__init__()
         self.client = client
         self.name = name
