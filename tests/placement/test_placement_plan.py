@@ -45,6 +45,13 @@ def test_a_sandbox_or_container_hosts_a_placed_harness_and_a_local_runtime_does_
     assert "warm sandbox" in problem
 
 
+def test_a_compose_project_s_main_hosts_a_placed_harness_but_gives_it_no_route_out() -> None:
+    assert placement_problems(_config({"kind": "compose"}), ROWS, ENV) == []
+    networked = _config({"kind": "compose"}, needs={"network": True})
+    (problem,) = placement_problems(networked, ROWS, ENV)
+    assert "a Compose project's network is internal" in problem
+
+
 def test_needs_are_checked_against_the_runtime_the_model_and_the_environment() -> None:
     needs = {
         "capabilities": ["shell", "browser"],

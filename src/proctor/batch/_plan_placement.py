@@ -2,8 +2,9 @@
 
 A `command` agent's `placement` and `needs` (`CommandAgent(placement=, needs=)`) against
 the runtime and the task set, before anything launches: `substrate` needs a runtime
-that can host a harness (a cold sandbox, a container), `needs.network` a substrate with
-a network beyond loopback, `needs.image` every task's container image, `needs.api` the
+that can host a harness (a cold sandbox, a container, a Compose project's `main`),
+`needs.network` a substrate with a route beyond loopback (a Compose project's network
+is internal: it has none), `needs.image` every task's container image, `needs.api` the
 model's API family, `needs.capabilities` the environment's capabilities (known when
 the plan started the environment to ask it: a container or URL runtime; the agent
 checks them again at each rollout's start).
@@ -18,7 +19,7 @@ from ._config import BatchConfig, CommandAgentEntry, ContainerRuntimeConfig, San
 
 __all__ = ["placement_problems"]
 
-_HOSTS = ("sandbox", "container")
+_HOSTS = ("sandbox", "container", "compose")
 _APIS = {"openai-chat": "chat", "openai-responses": "responses", "anthropic-messages": "messages"}
 
 
@@ -45,8 +46,8 @@ def _entry_problems(
     placed = entry.placement == "substrate"
     if placed and rt.kind not in _HOSTS:
         problems.append(
-            f"placement 'substrate': runtime {rt.kind!r} cannot host a harness (a sandbox or "
-            "container runtime can); use placement 'jail'"
+            f"placement 'substrate': runtime {rt.kind!r} cannot host a harness (a sandbox, "
+            "container or compose runtime can); use placement 'jail'"
         )
     if placed and isinstance(rt, SandboxRuntimeConfig) and rt.warm:
         problems.append("placement 'substrate': a warm sandbox cannot host a harness; warm = false")
@@ -55,7 +56,12 @@ def _entry_problems(
     for path in entry.ship:
         if not os.path.isfile(config.resolve(path)):
             problems.append(f"ship: {config.resolve(path)} is not a file")
-    if needs.network and (not placed or getattr(rt, "network", "none") == "none"):
+    if needs.network and placed and rt.kind == "compose":
+        problems.append(
+            "needs a network: a Compose project's network is internal (it reaches its own "
+            "services and the proxy only)"
+        )
+    elif needs.network and (not placed or getattr(rt, "network", "none") == "none"):
         problems.append(
             "needs a network: place it in a substrate with one (runtime network other than "
             "'none'); the jail and a 'none' substrate reach only the proxy"
