@@ -3,10 +3,13 @@ project of its own: through `HarborRuntime`, `proctor run` and `proctor validate
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,10 @@ from typing import Any
 import pytest
 
 from proctor import rollout
+from proctor.batch import list_rollouts
 from proctor.importers import HarborRuntime, harbor_tasks
+from proctor.testing import FakeModelServer, Reply
+from proctor.view import ViewServer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compose"
 TASK = EXAMPLE / "stock-task"
@@ -78,35 +84,56 @@ async def test_the_grader_queries_the_database_service(base: str, options: dict[
     assert _services() == []
 
 
-AGENT = """
-from proctor.env import ShellClient
-
-SOLVE = open(%r).read()
-
-
-async def solve(run):
-    await ShellClient(run.binding("shell").url).run(SOLVE)
-"""
+async def _page(out: Path, rollout_id: str) -> str:
+    """The rollout's page on the dashboard."""
+    async with ViewServer([out]) as view:
+        url = f"{view.url}b/{out.name}/r/{rollout_id}"
+        with await asyncio.to_thread(urllib.request.urlopen, url, timeout=30) as page:
+            return str(page.read().decode())
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_proctor_run_and_validate_take_the_task(base: str, tmp_path: Path) -> None:
-    (tmp_path / "agent.py").write_text(AGENT % str(TASK / "solution" / "solve.sh"))
+async def test_proctor_run_and_validate_take_the_task(base: str, tmp_path: Path) -> None:
+    """A model (the fake server) solves it through `proctor run`: recorded, shown, on
+    the dashboard and exported; then `validate --oracle` runs the task's own solution."""
     conf = tmp_path / "containers.conf"  # crun fails on these hosts' cgroups
     conf.write_text('[engine]\nruntime = "runc"\n')
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     proctor = [sys.executable, "-m", "proctor.cli"]
-    ran = subprocess.run(
-        [*proctor, "run", str(TASK), "--agent", "agent.py:solve", "--json", "--no-record"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert '"mean_reward": 1.0' in ran.stdout
-    checked = subprocess.run(
-        [*proctor, "validate", str(TASK), "--oracle", "--json"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
-    )  # fmt: skip
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert '"broken": 0' in checked.stdout
+    out = tmp_path / "out"
+    solve = (TASK / "solution" / "solve.sh").read_text()
+    async with FakeModelServer([Reply.tool("shell", command=solve), "done"]) as fake:
+        code, stdout, stderr = await _cli(
+            [*proctor, "run", str(TASK), "--model", f"vllm/served@{fake.url}", "--json",
+             "--output-dir", str(out)],
+            tmp_path, env,
+        )  # fmt: skip
+    assert code == 0, stdout + stderr
+    assert '"mean_reward": 1.0' in stdout
+    (record,) = list_rollouts(out, limit=None)
+    assert (record["status"], record["reward"]) == ("completed", 1.0)
+    code, shown, stderr = await _cli([*proctor, "show", str(out)], tmp_path, env)
+    assert code == 0 and "completed" in shown, stderr
+    page = await _page(out, str(record["id"]))
+    assert "apples" in page  # the instruction the model was given
+    code, exported, stderr = await _cli([*proctor, "export", str(out)], tmp_path, env)
+    assert code == 0, stderr
+    (sample,) = [json.loads(line) for line in exported.splitlines()]
+    assert sample["reward"] == 1.0
+    code, checked, stderr = await _cli(
+        [*proctor, "validate", str(TASK), "--oracle", "--json"], tmp_path, env
+    )
+    assert code == 0, checked + stderr
+    assert '"broken": 0' in checked
     assert _services() == []
+
+
+async def _cli(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    """The command in a child process while this loop serves the fake model."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
