@@ -134,12 +134,7 @@ class Journal:
     def _append_events(self, data: bytes, changes: Mapping[str, Mapping[str, Any]] | None) -> None:
         with self._lock:
             self._check()
-            _files.write_all(self._events_fd, data)
-            if self._strict:
-                os.fsync(self._events_fd)
-            else:
-                self._dirty = True
-            self._events_size += len(data)
+            self._write_events(data)
             for rid, fields in (changes or {}).items():
                 self._pending.setdefault(rid, {}).update(fields)
 
@@ -151,18 +146,21 @@ class Journal:
             self._check()
             where = self._segments.append(data)
             event = {"t": time.time(), "type": "rollout", "id": rid, **indexed, "record": where}
-            line = self._encode(event)
-            _files.write_all(self._events_fd, line)
-            if self._strict:
-                os.fsync(self._events_fd)
-            else:
-                self._dirty = True
-            self._events_size += len(line)
+            self._write_events(self._encode(event))
             self._witnessed = self._segments.end
             self._written.add(rid)
             pending = self._pending.setdefault(rid, {})
             pending.update(indexed)
             pending.update(_index.location_fields(where))
+
+    def _write_events(self, data: bytes) -> None:
+        """Hand `data` to `events.jsonl` (synced in `strict` mode); the caller holds `_lock`."""
+        _files.write_all(self._events_fd, data)
+        if self._strict:
+            os.fsync(self._events_fd)
+        else:
+            self._dirty = True
+        self._events_size += len(data)
 
     def _load_record(self, rid: str, legacy: str) -> tuple[dict[str, Any], bool]:
         """The rollout's current record ({} when none) and whether it came from its own

@@ -66,26 +66,6 @@ class BatchStore(Journal):
     `batch-state.json`.
     """
 
-    def __init__(
-        self,
-        path: str,
-        batch: dict[str, Any],
-        *,
-        dir_fd: int,
-        durability: Durability,
-        redact: Redact | None,
-        window: float,
-        snapshot_every: float,
-    ) -> None:
-        super().__init__(path, batch, dir_fd=dir_fd, durability=durability, redact=redact)
-        self._window = window
-        self._snapshot_every = snapshot_every
-        self._next_snapshot = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._flush_loop, name="proctor-batch-store", daemon=True
-        )
-
     # -- opening and closing -------------------------------------------------------
 
     @classmethod
@@ -121,18 +101,11 @@ class BatchStore(Journal):
         os.mkdir(os.path.join(root, "rollouts"))
         doc = {"layout_version": LAYOUT_VERSION, "created_at": time.time(), **batch}
         doc["layout_version"] = LAYOUT_VERSION  # first in the file, and never the caller's
-        store = cls(
-            root,
-            doc,
-            dir_fd=lock_dir(root, durability),
-            durability=durability,
-            redact=redact,
-            window=window,
-            snapshot_every=snapshot_every,
-        )
+        dir_fd = lock_dir(root, durability)
+        store = cls(root, doc, dir_fd=dir_fd, durability=durability, redact=redact)
         _files.write_atomic(os.path.join(root, "batch.json"), store._encode(doc), sync=True)
         _files.fsync_dir(os.path.dirname(root))
-        store._thread.start()
+        store._start_flushing(window, snapshot_every)
         return store
 
     @classmethod
@@ -168,7 +141,7 @@ class BatchStore(Journal):
         doc = read_batch(root)
         dir_fd = lock_dir(root, durability)
         say = warn or _recover.to_stderr
-        args = (root, doc, dir_fd, durability, redact, window, snapshot_every, say)
+        args = (root, doc, dir_fd, durability, redact, say)
         try:
             events = os.path.join(root, "events.jsonl")
             has_events = os.path.exists(events)  # (before anything creates it)
@@ -191,7 +164,7 @@ class BatchStore(Journal):
         if doc.get("layout_version") != LAYOUT_VERSION:  # records go to segments from now
             doc["layout_version"] = LAYOUT_VERSION
             _files.write_atomic(os.path.join(root, "batch.json"), store._encode(doc), sync=True)
-        store._thread.start()
+        store._start_flushing(window, snapshot_every)
         return store
 
     @classmethod
@@ -202,8 +175,6 @@ class BatchStore(Journal):
         dir_fd: int,
         durability: Durability,
         redact: Redact | None,
-        window: float,
-        snapshot_every: float,
         warn: Warn,
         has_events: bool,
         torn: int,
@@ -221,15 +192,7 @@ class BatchStore(Journal):
         if damage is None and rebuild and os.path.exists(os.path.join(root, "index.sqlite")):
             damage = "rebuilt on request"  # (a missing index is rebuilt in any case)
         moved = None if damage is None else _recover.set_index_aside(root)
-        store = cls(
-            root,
-            doc,
-            dir_fd=dir_fd,
-            durability=durability,
-            redact=redact,
-            window=window,
-            snapshot_every=snapshot_every,
-        )
+        store = cls(root, doc, dir_fd=dir_fd, durability=durability, redact=redact)
         store._reopened = True
         try:
             if damage is not None:
@@ -252,6 +215,18 @@ class BatchStore(Journal):
             store._close_handles(keep_lock=True)
             raise
         return store
+
+    def _start_flushing(self, window: float, snapshot_every: float) -> None:
+        """Start the background flush: a group commit every `window` seconds, and
+        `batch-state.json` at most every `snapshot_every` seconds."""
+        self._window = window
+        self._snapshot_every = snapshot_every
+        self._next_snapshot = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._flush_loop, name="proctor-batch-store", daemon=True
+        )
+        self._thread.start()
 
     def close(self) -> None:
         """Commit the index, write `batch-state.json`, sync everything, release files.
