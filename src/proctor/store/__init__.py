@@ -32,13 +32,12 @@ shaped like a `PlannedRollout`).
 
 Read, while a runner writes: `read_batch`, `read_state`, `read_events` (a
 `JsonlReader`), `read_rollout` (every file of one rollout), `read_record`,
-`index_row`, `locate_record`; index rows with `list_rollouts` (a `RolloutQuery`:
-filters, sort, page),
-`count_rollouts`, `page_rollouts` (a page and its total), `rollout_columns`; the
-aggregates a dashboard shows: `totals`, `cost_by_model`, `distinct_values`,
-`cell_means`, `task_means`, `reward_histogram`, `group_reward_histograms`,
-`cost_curve`, `recorded_cost`. This package imports no runner: reading an output
-directory loads only it.
+`index_row`, `locate_record`, `parse_object` (one line of a JSONL file); index rows
+with `list_rollouts` (a `RolloutQuery`: filters, sort, page), `count_rollouts`,
+`page_rollouts` (a page and its total), `rollout_columns`; the aggregates a dashboard
+shows: `totals`, `cost_by_model`, `distinct_values`, `cell_means`, `task_means`,
+`reward_histogram`, `group_reward_histograms`, `cost_curve`, `recorded_cost`. This
+package imports no runner: reading an output directory loads only it.
 """
 
 from __future__ import annotations
@@ -72,6 +71,7 @@ __all__ = [
     "list_rollouts",
     "locate_record",
     "page_rollouts",
+    "parse_object",
     "read_batch",
     "read_events",
     "read_record",
@@ -108,6 +108,7 @@ _EXPORTS = {
     "list_rollouts": "._read",
     "locate_record": "._read",
     "page_rollouts": "._queries",
+    "parse_object": "._files",
     "read_batch": "._layout",
     "read_events": "._read",
     "read_record": "._read",
@@ -121,7 +122,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from ._files import JsonlReader, fsync_dir
+    from ._files import JsonlReader, fsync_dir, parse_object
     from ._index import FILTERABLE, SORTABLE
     from ._journal import Durability
     from ._layout import LAYOUT_VERSION, TERMINAL, read_batch

@@ -19,6 +19,7 @@ __all__ = [
     "JsonlReader",
     "append_bytes",
     "fsync_dir",
+    "parse_object",
     "sync_filesystem",
     "truncate_torn_tail",
     "write_all",
@@ -124,6 +125,15 @@ def _last_newline_end(fd: int, size: int) -> int:
     return 0
 
 
+def parse_object(line: bytes) -> dict[str, Any] | None:
+    """A JSONL line of the layout as its JSON object; None when it is not one."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 class JsonlReader:
     """Iterate the JSON records of an append-only JSONL file, from byte `start`.
 
@@ -167,13 +177,9 @@ class JsonlReader:
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         if not line.strip():
             return None
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            record = None
-        if not isinstance(record, dict):
+        record = parse_object(line)
+        if record is None:
             self.corrupt += 1
-            return None
         return record
 
 

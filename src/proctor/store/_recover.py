@@ -42,8 +42,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from .._errors import StoreError
 from . import _files, _index
 from ._journal import Journal, load_record
@@ -236,19 +234,11 @@ def _check_tail(store: Journal, refused: _Findings) -> None:
         for line in data.splitlines(keepends=True):
             where = [n, offset, len(line)]
             offset += len(line)
-            record = _line_record(line)
+            record = _files.parse_object(line)
             rid = record.get("id") if record is not None else None
             if record is not None and isinstance(rid, str) and _indexed(store._db, rid):
                 _unwitnessed(store, rid, record, where, refused)
         store._witnessed = max(store._witnessed, (n, offset))
-
-
-def _line_record(line: bytes) -> dict[str, Any] | None:
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _unwitnessed(

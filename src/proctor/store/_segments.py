@@ -18,8 +18,6 @@ import os
 import re
 from typing import Any
 
-import orjson
-
 from . import _files
 
 __all__ = ["SEGMENT_BYTES", "Segments", "read_line", "segment_name", "segment_numbers"]
@@ -105,8 +103,5 @@ def read_line(rollouts: str, location: tuple[int, int, int], rid: str) -> dict[s
         os.close(fd)
     if len(data) != length or not data.endswith(b"\n"):
         return None
-    try:
-        record = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) and record.get("id") == rid else None
+    record = _files.parse_object(data)
+    return record if record is not None and record.get("id") == rid else None

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-import orjson
+from ..store import parse_object
 
 __all__ = [
     "LINE_LIMIT",
@@ -121,7 +121,7 @@ def turn_lines(f: BinaryIO, first: int, count: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for start, size in list(places.values())[first : first + count]:
         f.seek(start)
-        record = _parse(f.read(size))
+        record = parse_object(f.read(size))
         if record is not None:
             out.append(record)
     return out
@@ -133,7 +133,7 @@ def _lines(f: BinaryIO) -> Iterator[tuple[int, dict[str, Any] | None]]:
     last line ends it as (bytes, None)."""
     while line := f.readline(LINE_LIMIT + 1):
         if line.endswith(b"\n"):
-            yield len(line), _parse(line) or {}
+            yield len(line), parse_object(line) or {}
             continue
         rest = None if len(line) <= LINE_LIMIT else _skip_line(f)
         if rest is None:
@@ -153,14 +153,6 @@ def _skip_line(f: BinaryIO) -> int | None:
             return skipped + end + 1
         skipped += len(chunk)
     return None
-
-
-def _parse(line: bytes) -> dict[str, Any] | None:
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def agent_turns(steps: list[dict[str, Any]]) -> int:
