@@ -16,17 +16,24 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["owned_tempdir", "owner", "sweep"]
+__all__ = ["owned_tempdir", "owner", "stat_fields", "sweep"]
 
 
-def owner(pid: int) -> str | None:
-    """`PID-START` of a live process (its start time in /proc/PID/stat), else None."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of `/proc/PID/stat` after the command name, the state first and the
+    start time at [19] (None if the process is gone)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return None if fields[0] == "Z" else f"{pid}-{fields[19]}"
+    # The command name (field 2) may hold spaces and parentheses: split after it.
+    return text[text.rindex(")") + 2 :].split()
+
+
+def owner(pid: int) -> str | None:
+    """`PID-START` of a live process (its start time in /proc/PID/stat), else None."""
+    fields = stat_fields(pid)
+    return None if fields is None or fields[0] == "Z" else f"{pid}-{fields[19]}"
 
 
 def sweep(kind: str, tmpdir: str | Path | None = None) -> list[Path]:

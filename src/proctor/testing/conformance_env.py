@@ -30,6 +30,7 @@ from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
+from proctor._tempdirs import stat_fields
 from proctor.env import Environment
 
 __all__ = ["SOURCE", "env", "process_identity"]
@@ -95,13 +96,8 @@ def process_identity() -> dict[str, Any]:
 
 def starttime(pid: int) -> int | None:
     """The start time of process `pid` from `/proc` (None if gone or unknown)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 @contextlib.contextmanager
