@@ -12,7 +12,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ._folder_files import read_text
 
@@ -25,6 +25,7 @@ MAX_MEMORY_MB = 1024 * 1024  # 1 TiB
 MAX_CPUS = 1024
 _MEMORY = re.compile(r"^([0-9]+)([kmg]?)b?$", re.IGNORECASE)  # Harbor's older "2G", "512M"
 _UNIT_MB = {"": 1 / (1024 * 1024), "k": 1 / 1024, "m": 1, "g": 1024}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -108,21 +109,19 @@ class _Checker:
             raise self.error(key, value, f"must be {kind} {bound} and at most {high:g}")
         return value
 
-    def boolean(self, key: str, default: bool) -> bool:
+    def typed(self, key: str, kind: type[T], what: str) -> T | None:
+        """The value at `key` when it is a `kind` (`what` names one), None when unset."""
         value = self.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.error(key, value, "must be true or false")
+        if value is not None and not isinstance(value, kind):
+            raise self.error(key, value, f"must be {what}")
         return value
 
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.typed(key, bool, "true or false")
+        return default if value is None else value
+
     def string(self, key: str) -> str | None:
-        value = self.get(key)
-        if value is None or value == "":
-            return None
-        if not isinstance(value, str):
-            raise self.error(key, value, "must be a string")
-        return value
+        return self.typed(key, str, "a string") or None
 
     def memory(self, key: str) -> str | None:
         """A size like "2G" or "512M" as the container's limit ("2g", "512m")."""
@@ -135,9 +134,7 @@ class _Checker:
         return f"{match[1]}{match[2].lower()}"
 
     def table(self, key: str) -> dict[str, Any] | None:
-        value = self.get(key)
-        if value is not None and not isinstance(value, dict):
-            raise self.error(key, value, "must be a table")
+        value = self.typed(key, dict, "a table")
         return dict(value) if value else None
 
     def literal_env(self, key: str) -> dict[str, str] | None:
