@@ -1,4 +1,5 @@
-"""`run_async`: a coroutine run as the program's main task, on a fresh event loop."""
+"""`run_async`: a coroutine run as the program's main task, on a fresh event loop;
+`outlast_cancel`: an await a cancel cannot cut short."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, TypeVar
 
 from ._errors import Terminated
 
-__all__ = ["run_async"]
+__all__ = ["outlast_cancel", "run_async"]
 
 T = TypeVar("T")
 
@@ -65,3 +66,19 @@ def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = False) -> T:
             if terminated:
                 raise Terminated("terminated") from None
             raise
+
+
+async def outlast_cancel(done: asyncio.Future[Any]) -> None:
+    """Wait for `done` even when cancelled meanwhile, then re-raise the cancel.
+
+    For a killed child's exit: a cancelled wait would leave its transport open and its
+    Popen unreaped, and the loop may close before anyone reaps it.
+    """
+    cancelled = False
+    while not done.done():
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError

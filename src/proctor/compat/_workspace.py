@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._environ import allowed_environ
+from .._loop import outlast_cancel
 from .hud.capabilities import Capability
 
 __all__ = ["Workspace"]
@@ -141,21 +142,7 @@ class Workspace:
                 proc.stdin.close()  # transport would stay open (ResourceWarning)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            await _reaped(proc)
-
-
-async def _reaped(proc: asyncio.subprocess.Process) -> None:
-    """Wait for a killed `proc` even when cancelled meanwhile (a cancelled wait would leave
-    its transport open, and the loop may close before anyone reaps it); then re-raise."""
-    waiting = asyncio.ensure_future(proc.wait())
-    cancelled = False
-    while not waiting.done():
-        try:
-            await asyncio.shield(waiting)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
+            await outlast_cancel(asyncio.ensure_future(proc.wait()))  # reaped
 
 
 async def _feed(stdin: Any, proc: asyncio.subprocess.Process) -> None:

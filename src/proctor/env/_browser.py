@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import os
 import re
 import resource
-import shutil
-import signal
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,13 +30,12 @@ from typing import Any
 import orjson
 
 from .._peer import loopback_peer_uid
-from .._tempdirs import owned_tempdir
 from ._browser_input import cdp_key, perform
+from ._capability_server import CapabilityServer
 from ._cdp import CdpError, CdpMux, InternalClient
 from ._computer_actions import Action, FrameOptions
 from ._computer_server import serve_computer
-from ._desktop import _open_log, _tail, die_with_parent
-from ._line_protocol import MAX_LINE
+from ._desktop import _open_log, _stop, _tail, die_with_parent
 from ._websocket import WebSocket, accept_key
 
 __all__ = ["BrowserServer"]
@@ -56,7 +52,7 @@ FLAGS = (
 _HOST = re.compile(r"[A-Za-z0-9.\-]+(:\d+)?|\[[0-9A-Fa-f:]+\](:\d+)?")
 
 
-class BrowserServer:
+class BrowserServer(CapabilityServer):
     """Chromium with a CDP bridge and a computer/1 action server (see the module doc).
 
     Args:
@@ -72,6 +68,7 @@ class BrowserServer:
     """
 
     kind = "browser"
+    tcp = True  # `url`: http://127.0.0.1:<port>, CDP over HTTP/WebSocket and computer/1
 
     def __init__(
         self,
@@ -85,6 +82,7 @@ class BrowserServer:
         chromium: str = "chromium",
         args: Sequence[str] = (),
     ) -> None:
+        super().__init__()
         self.width = width
         self.height = height
         self.headless = headless
@@ -95,31 +93,16 @@ class BrowserServer:
         self.args = list(args)
         self.lock = asyncio.Lock()
         self.version: dict[str, Any] = {}
-        self._dir: str | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._mux: CdpMux | None = None
         self._pipes: list[asyncio.BaseTransport] = []
         self._cdp: InternalClient | None = None
         self._session: str | None = None
-        self._server: asyncio.Server | None = None
-        self._conns: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         self._id = uuid.uuid4().hex
         self._cursor = [0, 0]
 
     def __repr__(self) -> str:
-        return f"<BrowserServer {self.url if self._server else 'stopped'}>"
-
-    @property
-    def url(self) -> str:
-        """`http://127.0.0.1:<port>` once started (CDP over HTTP/WebSocket and computer/1).
-
-        Raises:
-            RuntimeError: not started.
-        """
-        if self._server is None:
-            raise RuntimeError("BrowserServer is not started")
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        return f"<BrowserServer {self._where() or 'stopped'}>"
 
     async def start(self) -> str:
         """Launch chromium, attach to its first page and serve the bridge; returns the URL.
@@ -134,14 +117,12 @@ class BrowserServer:
                 f"chromium cannot start under an address-space limit (RLIMIT_AS {limit} bytes);"
                 " lift it, e.g. SandboxRuntime(limits={'memory': None})"
             )
-        self._dir = owned_tempdir("browser")
+        self._make_dir()
         try:
             await self._launch()
             await self._attach()
             self.version = await self._internal().call("Browser.getVersion")
-            self._server = await asyncio.start_server(
-                self._connection, "127.0.0.1", 0, limit=MAX_LINE
-            )
+            await self._listen()
         except BaseException:
             await self.aclose()
             raise
@@ -149,34 +130,16 @@ class BrowserServer:
 
     async def aclose(self) -> None:
         """Stop serving, kill chromium's process group and remove its profile."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for writer in self._conns.values():
-            writer.transport.abort()
-        await asyncio.gather(*self._conns, return_exceptions=True)
+        await self._stop_listening()
         for pipe in self._pipes:
             pipe.close()
         self._pipes.clear()
         proc, self._proc = self._proc, None
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await proc.wait()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+            await _stop(proc)
+        self._remove_dir()
         self._cdp = self._mux = None
         self._session = None
-
-    async def __aenter__(self) -> BrowserServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def goto(self, url: str) -> None:
         """Open `url` in the first page (task code setting the scene) and wait for its load.
@@ -333,8 +296,6 @@ class BrowserServer:
     # -- the bridge --------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        me = asyncio.current_task()
-        assert me is not None
         # A loopback port is open to every local user: only this process's uid gets in.
         uid = loopback_peer_uid(
             writer.get_extra_info("sockname"), writer.get_extra_info("peername")
@@ -342,7 +303,6 @@ class BrowserServer:
         if uid != os.geteuid():
             writer.transport.abort()
             return
-        self._conns[me] = writer
         try:
             async with asyncio.timeout(HEAD_TIMEOUT):
                 first = await reader.read(1)
@@ -359,7 +319,6 @@ class BrowserServer:
             pass
         finally:
             writer.close()
-            del self._conns[me]
 
     async def _http(
         self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

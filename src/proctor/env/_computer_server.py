@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import orjson
 
@@ -46,7 +46,7 @@ class ComputerBackend(Protocol):
 
     width: int
     height: int
-    kind: str
+    kind: ClassVar[str]
     live_view: bool
     lock: asyncio.Lock
 

@@ -15,7 +15,6 @@ import contextlib
 import ctypes
 import os
 import secrets
-import shutil
 import signal
 import struct
 import sys
@@ -23,14 +22,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from .._environ import allowed_environ
-from .._tempdirs import owned_tempdir
+from ._capability_server import CapabilityServer
 from ._computer_actions import Action, FrameOptions
 from ._computer_server import serve_computer
 from ._frames import encode_bgrx
-from ._line_protocol import MAX_LINE
 from ._x11 import XDisplay, char_keysym, keysym
 
 __all__ = ["DesktopServer", "die_with_parent"]
@@ -78,7 +76,7 @@ def x_keysym(name: str) -> int:
     return char_keysym(name)
 
 
-class DesktopServer:
+class DesktopServer(CapabilityServer):
     """An X display of `width` x `height` with a computer/1 action server.
 
     Args:
@@ -88,6 +86,8 @@ class DesktopServer:
             `["openbox"]`); None runs none (focus then follows clicks in most toolkits).
         live_view: allow `subscribe` (a read-only stream of frames) on the socket.
         xvfb: the Xvfb binary.
+
+    Its action socket is `url`: `unix:///<private folder>/desktop.sock`.
     """
 
     kind = "desktop"
@@ -103,6 +103,7 @@ class DesktopServer:
     ) -> None:
         if not (16 <= width <= 8192 and 16 <= height <= 8192):
             raise ValueError(f"desktop size {width}x{height} is outside 16..8192")
+        super().__init__()
         self.width = width
         self.height = height
         self.window_manager = list(window_manager) if window_manager else None
@@ -110,28 +111,14 @@ class DesktopServer:
         self.xvfb = xvfb
         self.lock = asyncio.Lock()
         self.display: str | None = None
-        self._dir: str | None = None
         self._cookie = secrets.token_bytes(16)
         self._procs: list[asyncio.subprocess.Process] = []
         self._x: XDisplay | None = None
         self._thread = ThreadPoolExecutor(1)
-        self._server: asyncio.Server | None = None
-        self._conns: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         self._last: tuple[bytes, FrameOptions, tuple[bytes, int, int]] | None = None
 
     def __repr__(self) -> str:
         return f"<DesktopServer {self.display or 'stopped'} {self.width}x{self.height}>"
-
-    @property
-    def url(self) -> str:
-        """`unix:///private/dir/desktop.sock` once started.
-
-        Raises:
-            RuntimeError: not started.
-        """
-        if self._server is None or self._dir is None:
-            raise RuntimeError("DesktopServer is not started")
-        return f"unix://{os.path.join(self._dir, 'desktop.sock')}"
 
     @property
     def environ(self) -> dict[str, str]:
@@ -147,7 +134,7 @@ class DesktopServer:
             OSError: Xvfb is missing or did not come up, or the folder or socket could
                 not be made.
         """
-        self._dir = owned_tempdir("desktop")
+        self._make_dir()
         # One thread owns the Xlib connection; a restarted desktop gets a fresh one.
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="proctor-x11")
         self._last = None
@@ -158,9 +145,7 @@ class DesktopServer:
             self._x = await loop.run_in_executor(self._thread, XDisplay, self.display, self._cookie)
             if self.window_manager:
                 await self.launch(self.window_manager)
-            self._server = await asyncio.start_unix_server(
-                self._connection, os.path.join(self._dir, "desktop.sock"), limit=MAX_LINE
-            )
+            await self._listen()
         except BaseException:
             await self.aclose()
             raise
@@ -195,14 +180,7 @@ class DesktopServer:
 
     async def aclose(self) -> None:
         """Stop serving, close the X connection, kill every process started, remove the folder."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        # A connection ends on its own once its socket is aborted (cancelling its handler
-        # would make asyncio log the cancelled task).
-        for writer in self._conns.values():
-            writer.transport.abort()
-        await asyncio.gather(*self._conns, return_exceptions=True)
+        await self._stop_listening()
         x, self._x = self._x, None
         if x is not None:
             with contextlib.suppress(Exception):
@@ -211,17 +189,8 @@ class DesktopServer:
         for proc in reversed(self._procs):
             await _stop(proc)
         self._procs.clear()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        self._remove_dir()
         self.display = None
-
-    async def __aenter__(self) -> DesktopServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- the backend the action server drives ----------------------------------------------
 
@@ -283,13 +252,7 @@ class DesktopServer:
     # -- internals -------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        me = asyncio.current_task()
-        assert me is not None
-        self._conns[me] = writer
-        try:
-            await serve_computer(self, reader, writer)
-        finally:
-            del self._conns[me]
+        await serve_computer(self, reader, writer)
 
     async def _start_xvfb(self) -> None:
         assert self._dir is not None

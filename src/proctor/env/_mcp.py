@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from typing import Any
 
-from .._tempdirs import owned_tempdir
 from .._urls import http_unix_url
+from ._capability_server import CapabilityServer
 
 __all__ = ["McpHttpServer"]
 
 
-class McpHttpServer:
+class McpHttpServer(CapabilityServer):
     """Serve `server` (an `mcp` `MCPServer` or low-level `Server`) at `http+unix://.../path`.
 
     The socket lives in a fresh directory only this process's uid may enter, created by
@@ -28,23 +27,18 @@ class McpHttpServer:
         path: the endpoint path.
     """
 
+    kind = "mcp"
+
     def __init__(self, server: Any, *, path: str = "/mcp"):
+        super().__init__()
         self.server = server
         self.path = path
         self._uvicorn: Any = None
         self._sock: socket.socket | None = None
-        self._dir: str | None = None
 
-    @property
-    def url(self) -> str:
-        """`http+unix://<percent-encoded socket path>/path` once started.
-
-        Raises:
-            RuntimeError: not started.
-        """
-        if self._sock is None:
-            raise RuntimeError("McpHttpServer is not started")
-        return http_unix_url(self._sock.getsockname(), self.path)
+    def _where(self) -> str | None:
+        """`http+unix://<percent-encoded socket path>/path` once started."""
+        return None if self._sock is None else http_unix_url(self._sock.getsockname(), self.path)
 
     async def start(self) -> str:
         """Make the private directory, bind its socket and serve; returns the URL.
@@ -70,32 +64,26 @@ class McpHttpServer:
         self._uvicorn = uvicorn.Server(config)
         # What `Server.serve()` does before `startup()`, minus its signal capture.
         self._uvicorn.lifespan = config.lifespan_class(config)
-        directory = owned_tempdir("mcp")
+        directory = self._make_dir()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(os.path.join(directory, "mcp.sock"))
             await self._uvicorn.startup(sockets=[sock])
-        except SystemExit:  # uvicorn exits the process when the lifespan fails
-            _discard(sock, directory)
-            raise RuntimeError(f"MCP server {self.path} failed to start") from None
-        except BaseException:
-            _discard(sock, directory)
+        except BaseException as exc:
+            sock.close()
+            self._remove_dir()
+            if isinstance(exc, SystemExit):  # uvicorn exits the process when the lifespan fails
+                raise RuntimeError(f"MCP server {self.path} failed to start") from None
             raise
-        self._sock, self._dir = sock, directory
+        self._sock = sock
         return self.url
 
     async def aclose(self) -> None:
         """Stop serving (in-flight requests get a second to finish), remove the directory."""
-        server, sock, directory = self._uvicorn, self._sock, self._dir
-        self._uvicorn = self._sock = self._dir = None
+        server, sock = self._uvicorn, self._sock
+        self._uvicorn = self._sock = None
         try:
             if server is not None and sock is not None:
                 await server.shutdown(sockets=[sock])
         finally:
-            if directory is not None:
-                shutil.rmtree(directory, ignore_errors=True)
-
-
-def _discard(sock: socket.socket, directory: str) -> None:
-    sock.close()
-    shutil.rmtree(directory, ignore_errors=True)
+            self._remove_dir()

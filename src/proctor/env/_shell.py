@@ -57,7 +57,8 @@ import orjson
 
 from .._environ import allowed_environ
 from .._errors import ProtocolError
-from .._tempdirs import owned_tempdir
+from .._loop import outlast_cancel
+from ._capability_server import CapabilityServer
 from ._line_protocol import BAD_REQUEST, FAILED, MAX_LINE, TOO_LARGE, _LineError, read_request
 
 __all__ = ["MAX_LINE", "ShellResult", "ShellServer"]
@@ -104,11 +105,12 @@ class ShellResult:
         return result
 
 
-class ShellServer:
+class ShellServer(CapabilityServer):
     """Run shell commands for clients on a private Unix socket (protocol in the module doc).
 
-    The socket lives in a fresh directory only this process's uid may enter, created by
-    `start` and removed by `aclose`; the tunnel reaches it from the environment server.
+    The socket (`url`: `unix:///<private dir>/shell.sock`) lives in a fresh directory
+    only this process's uid may enter, created by `start` and removed by `aclose`; the
+    tunnel reaches it from the environment server.
 
     Args:
         cwd: directory commands run in (default: the current one).
@@ -122,6 +124,8 @@ class ShellServer:
         linger: seconds to wait for output pipes held open by background processes.
     """
 
+    kind = "shell"
+
     def __init__(
         self,
         *,
@@ -133,6 +137,7 @@ class ShellServer:
         max_output: int = 1024 * 1024,
         linger: float = 0.5,
     ) -> None:
+        super().__init__()
         self.cwd = Path(cwd) if cwd is not None else None
         self.env = dict(env or {})
         self.pass_env = frozenset(pass_env)
@@ -140,70 +145,18 @@ class ShellServer:
         self.timeout = timeout
         self.max_output = max_output
         self.linger = linger
-        self._server: asyncio.Server | None = None
-        self._dir: str | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._conns: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         self._groups: set[int] = set()
 
     def __repr__(self) -> str:
-        where = self.url if self._server is not None else "stopped"
-        return f"<ShellServer {where} cwd={str(self.cwd or '.')!r}>"
-
-    @property
-    def url(self) -> str:
-        """`unix:///private/dir/shell.sock` once started.
-
-        Raises:
-            RuntimeError: not started.
-        """
-        if self._server is None or self._dir is None:
-            raise RuntimeError("ShellServer is not started")
-        return f"unix://{os.path.join(self._dir, 'shell.sock')}"
-
-    async def start(self) -> str:
-        """Make the private directory, bind its socket and start serving; returns the URL.
-
-        Raises:
-            OSError: the directory or the socket could not be made.
-        """
-        self._dir = owned_tempdir("shell")
-        try:
-            self._server = await asyncio.start_unix_server(
-                self._connection, os.path.join(self._dir, "shell.sock"), limit=MAX_LINE
-            )
-        except BaseException:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-            raise
-        return self.url
+        return f"<ShellServer {self._where() or 'stopped'} cwd={str(self.cwd or '.')!r}>"
 
     async def aclose(self) -> None:
         """Stop listening, remove the socket's directory, kill every running command and
         every group ever started."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-        # A connection ends on its own once its socket is gone (cancelling the handler
-        # would make asyncio log the cancelled task); commands are cancelled directly.
-        for writer in self._conns.values():
-            writer.transport.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._conns, return_exceptions=True)
+        await super().aclose()
         for pgid in self._groups:
             _killpg(pgid)
         self._groups.clear()
-
-    async def __aenter__(self) -> ShellServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def run(
         self,
@@ -266,7 +219,7 @@ class ShellServer:
                     _killpg(pgid)
                     # ...and reap the shell, or its Popen outlives the loop unreaped (a
                     # SIGKILLed group exits; a 2 s limit here ran out on a loaded machine)
-                    await _exit_of_killed(proc.exited)
+                    await outlast_cancel(proc.exited)
             finally:
                 transport.close()
             if not _alive(pgid):
@@ -288,21 +241,16 @@ class ShellServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         mine: set[asyncio.Task[None]] = set()
-        me = asyncio.current_task()
-        assert me is not None
-        self._conns[me] = writer
         try:
             while line := await _next_line(reader, writer):
-                task = asyncio.get_running_loop().create_task(self._answer(line, writer))
-                for group in (mine, self._tasks):
-                    group.add(task)
-                    task.add_done_callback(group.discard)
+                task = self._in_flight(self._answer(line, writer))
+                mine.add(task)
+                task.add_done_callback(mine.discard)
         finally:
             for task in mine:
                 task.cancel()
             await asyncio.gather(*mine, return_exceptions=True)
             writer.close()
-            del self._conns[me]
 
     async def _answer(self, line: bytes, writer: asyncio.StreamWriter) -> None:
         rid: Any = None
@@ -376,18 +324,6 @@ def _feed(transport: asyncio.SubprocessTransport, text: str) -> None:
     if pipe is not None:
         pipe.write(text.encode())
         pipe.write_eof()
-
-
-async def _exit_of_killed(exited: asyncio.Future[None]) -> None:
-    """Wait for a killed process's exit even when cancelled meanwhile; then re-raise."""
-    cancelled = False
-    while not exited.done():
-        try:
-            await asyncio.shield(exited)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 def _killpg(pgid: int) -> None:

@@ -34,9 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import os
 import secrets
-import shutil
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,7 +43,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .._tempdirs import owned_tempdir
+from ._capability_server import CapabilityServer
 from ._judge import Judge
 from ._line_protocol import BAD_REQUEST, FAILED, TOO_LARGE, _LineError, read_request
 from ._rewards import CURRENT_EPISODE
@@ -224,34 +222,26 @@ class Dialogue:
             return reply
 
 
-class UserServer:
-    """Serves simulated users on a private Unix socket (protocol in the module doc).
+class UserServer(CapabilityServer):
+    """Serves simulated users on a private Unix socket (protocol in the module doc; `url`:
+    `unix:///<private folder>/user.sock`).
 
     Dialogues are opened by task code (`open`) and found by their id; ids are random,
     so one agent cannot reach another episode's user by guessing. The server holds
     them weakly: a dialogue its task let go of (an episode that ended, or was
-    abandoned) is gone without `close`.
+    abandoned) is gone without `close`. Stopping ends every conversation in flight (a
+    user still thinking is cancelled).
     """
 
+    kind = "user"
+    max_line = MAX_LINE
+
     def __init__(self) -> None:
-        self._server: asyncio.Server | None = None
-        self._dir: str | None = None
+        super().__init__()
         self._dialogues: weakref.WeakValueDictionary[str, Dialogue] = weakref.WeakValueDictionary()
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
         return f"<UserServer {len(self._dialogues)} dialogues>"
-
-    @property
-    def url(self) -> str:
-        """`unix:///private/dir/user.sock` once started.
-
-        Raises:
-            RuntimeError: not started.
-        """
-        if self._server is None or self._dir is None:
-            raise RuntimeError("UserServer is not started")
-        return f"unix://{os.path.join(self._dir, 'user.sock')}"
 
     def open(self, user: UserFn, *, opening: str | None = None) -> Dialogue:
         """A new dialogue with `user`; `opening` is a first message from the user.
@@ -269,33 +259,6 @@ class UserServer:
         """Forget `dialogue` (its messages stay on the object)."""
         self._dialogues.pop(dialogue.id, None)
 
-    async def start(self) -> str:
-        """Make the private directory, bind its socket and serve; returns the URL."""
-        self._dir = owned_tempdir("user")
-        try:
-            self._server = await asyncio.start_unix_server(
-                self._connection, os.path.join(self._dir, "user.sock"), limit=MAX_LINE
-            )
-        except BaseException:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-            raise
-        return self.url
-
-    async def aclose(self) -> None:
-        """Stop listening, end every conversation in flight (a user still thinking is
-        cancelled) and remove the socket's directory."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         reply: dict[str, Any] | None = None
         try:
@@ -305,9 +268,7 @@ class UserServer:
                 line = b""
                 reply = _error(TOO_LARGE, f"a request line is at most {MAX_LINE} bytes")
             if line:  # answered in a task of its own, which `aclose` cancels
-                answer = asyncio.get_running_loop().create_task(self._answer(line))
-                self._tasks.add(answer)
-                answer.add_done_callback(self._tasks.discard)
+                answer = self._in_flight(self._answer(line))
                 await asyncio.wait({answer})
                 if answer.cancelled():
                     return
