@@ -16,13 +16,12 @@ the edit or the header (the deterministic client compaction applies, if configur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import anthropic
 
-from ._client import ProviderAdapter, Reply, call_sdk, thinking_within
+from ._client import Reply, SdkAdapter, call_sdk, no_stream, thinking_within
 from ._content import image_data, is_image
-from ._names import ModelSpec
 from ._turns import alternating_turns
 from ._types import Message, ToolSpec
 from ._wire import arguments_object, text_of
@@ -44,40 +43,34 @@ MIN_THINKING = 1024
 
 _BREAKPOINT = {"type": "ephemeral"}
 
+_NAMED = ("model", "messages", "max_tokens")
+"""The body's keys `messages.create` takes as arguments (the rest go as `extra_body`)."""
 
-class MessagesAdapter(ProviderAdapter):
+
+class MessagesAdapter(SdkAdapter):
     """Anthropic Messages (and servers that speak it)."""
 
     api = "messages"
 
     def __init__(
         self,
-        model: str,
-        spec: ModelSpec,
-        *,
-        api_key: str,
-        timeout: float,
-        headers: dict[str, str],
+        *args: Any,
         cache_prompt: bool = True,
         server_compaction: int | None = None,
-        **common: Any,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(model, spec, **common)
-        self.cache_prompt = cache_prompt
         if server_compaction is not None and server_compaction < MIN_COMPACTION_TRIGGER:
             raise ValueError(
                 f"server_compaction triggers at {MIN_COMPACTION_TRIGGER} input tokens or "
                 f"more, not {server_compaction}"
             )
+        super().__init__(*args, **kwargs)
+        self.cache_prompt = cache_prompt
         self.server_compaction = server_compaction
-        base = spec.base_url.removesuffix("/v1")  # the SDK adds /v1/messages itself
-        self._sdk = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=base,
-            timeout=timeout,
-            max_retries=0,
-            default_headers=headers,
-        )
+
+    def sdk_client(self, **options: Any) -> anthropic.AsyncAnthropic:
+        """The Anthropic client (the SDK adds /v1/messages to the base URL itself)."""
+        return anthropic.AsyncAnthropic(base_url=self.spec.base_url.removesuffix("/v1"), **options)
 
     def body(
         self,
@@ -87,8 +80,7 @@ class MessagesAdapter(ProviderAdapter):
         params: dict[str, Any],
     ) -> dict[str, Any]:
         """`POST /v1/messages` body."""
-        if params.pop("stream", False):
-            raise ValueError("complete() returns whole responses; stream=True is not supported")
+        no_stream(params)
         system, turns = anthropic_messages(messages)
         body: dict[str, Any] = {
             "model": self.spec.model,
@@ -124,20 +116,8 @@ class MessagesAdapter(ProviderAdapter):
         return reply
 
     async def _create(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
-        rest = {k: v for k, v in body.items() if k not in ("model", "messages", "max_tokens")}
-        return await call_sdk(
-            anthropic,
-            self._sdk.messages.with_raw_response.create,
-            model=body["model"],
-            messages=cast(Any, body["messages"]),
-            max_tokens=body["max_tokens"],
-            extra_body=rest,
-            extra_headers=headers,
-        )
-
-    async def aclose(self) -> None:
-        """Close the SDK client and its connections."""
-        await self._sdk.close()
+        create = self._sdk.messages.with_raw_response.create
+        return await call_sdk(anthropic, create, body, headers, _NAMED)
 
 
 def _refuses_compaction(content: bytes) -> bool:

@@ -23,11 +23,10 @@ from ._bedrock_converse import (
     converse_usage,
     takes_cache_points,
 )
-from ._client import ProviderAdapter, Reply
-from ._names import ModelSpec
+from ._client import ProviderAdapter, Reply, adapter_options
 from ._profiles import parse_model
 from ._retry import Outcome, Retrier, classify_status, retry_after_from
-from ._sigv4 import AwsSigner, SignedHttp, aws_signer
+from ._sigv4 import AwsSigner, SignedAdapter, aws_signer
 from ._types import Message, ModelResponse, ToolSpec
 from ._wire import brief
 
@@ -38,27 +37,19 @@ __all__ = ["ConverseAdapter", "aws_client"]
 _TOO_LONG = ("too long", "too large", "exceeds the maximum", "prompt is too long")
 
 
-class ConverseAdapter(ProviderAdapter):
+class ConverseAdapter(SignedAdapter):
     """Bedrock runtime `Converse`, SigV4-signed."""
 
     api = "converse"
 
-    def __init__(
-        self,
-        model: str,
-        spec: ModelSpec,
-        *,
-        signer: AwsSigner,
-        timeout: float,
-        headers: dict[str, str],
-        cache_prompt: bool = True,
-        **common: Any,
-    ) -> None:
-        super().__init__(model, spec, **common)
-        self.cache_prompt = cache_prompt and takes_cache_points(spec.model)
-        base = spec.base_url or signer.endpoint("bedrock-runtime")
-        self.url = f"{base}/model/{quote(spec.model, safe='')}/converse"
-        self._http = SignedHttp(signer, timeout=timeout, headers=headers)
+    def __init__(self, *args: Any, cache_prompt: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cache_prompt = cache_prompt and takes_cache_points(self.spec.model)
+
+    def endpoint(self, signer: AwsSigner) -> str:
+        """`/model/{modelId}/converse` on the given base URL, else the region's runtime."""
+        base = self.spec.base_url or signer.endpoint("bedrock-runtime")
+        return f"{base}/model/{quote(self.spec.model, safe='')}/converse"
 
     def body(
         self,
@@ -70,14 +61,6 @@ class ConverseAdapter(ProviderAdapter):
         """The Converse request body (see `converse_body`)."""
 
         return converse_body(messages, tools, params, cache=self.cache_prompt)
-
-    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
-        """One signed `POST /model/{modelId}/converse`."""
-        return await self._http.request("POST", self.url, orjson.dumps(body), headers)
-
-    async def aclose(self) -> None:
-        """Close the connections."""
-        await self._http.aclose()
 
     def _classify(self, reply: Reply, require_tool_call: bool) -> Outcome:
         if not 200 <= reply.status < 300:
@@ -171,21 +154,10 @@ def aws_client(
     parsed = parse_model(spec)
     if parsed.auth != "sigv4":
         raise ValueError(f"{spec!r} is not a SigV4 model string (bedrock/... or mantle/...@url)")
-    if max_request_bytes is not None and max_request_bytes <= 0:
-        raise ValueError(f"max_request_bytes must be > 0, not {max_request_bytes!r}")
+    common = adapter_options(retry, clock, rng, context, params, max_request_bytes)
     if signer is None:
         signer = aws_signer(aws_service, region=aws_region, profile=aws_profile)
-    common: dict[str, Any] = {
-        "max_request_bytes": max_request_bytes,
-        "retry": retry,
-        "clock": clock,
-        "rng": rng,
-        "context": context,
-        "params": dict(params or {}),
-        "signer": signer,
-        "timeout": timeout,
-        "headers": dict(headers or {}),
-    }
+    common.update(signer=signer, timeout=timeout, headers=dict(headers or {}))
     if parsed.api == "converse":
         return ConverseAdapter(spec, parsed, cache_prompt=cache_prompt, **common)
     from ._mantle import SignedChatAdapter

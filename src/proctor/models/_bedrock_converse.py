@@ -17,7 +17,7 @@ import orjson
 from ._content import image_data, is_image
 from ._turns import alternating_turns
 from ._types import Message, ToolCall, ToolSpec, Usage
-from ._wire import arguments_object, brief, text_of
+from ._wire import arguments_object, brief, text_of, usage_cached_apart
 
 __all__ = [
     "FINISH",
@@ -204,17 +204,13 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+_USAGE = ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens", "outputTokens")
+"""Converse's usage keys, as `usage_cached_apart` takes them."""
+
+
 def converse_usage(body: Any) -> Usage:
     """Token counts of a Converse response; cache reads and writes count as input."""
-    u = _dict(_dict(body).get("usage"))
-    read = _count(u.get("cacheReadInputTokens"))
-    write = _count(u.get("cacheWriteInputTokens"))
-    return Usage(
-        input_tokens=_count(u.get("inputTokens")) + read + write,
-        cached_input_tokens=read,
-        cache_write_tokens=write,
-        output_tokens=_count(u.get("outputTokens")),
-    )
+    return usage_cached_apart(_dict(_dict(body).get("usage")), _USAGE, _count)
 
 
 def _count(value: Any) -> int:

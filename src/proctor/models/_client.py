@@ -26,7 +26,10 @@ __all__ = [
     "ProviderAdapter",
     "Reply",
     "Request",
+    "SdkAdapter",
+    "adapter_options",
     "call_sdk",
+    "no_stream",
     "thinking_within",
 ]
 
@@ -209,6 +212,69 @@ class ProviderAdapter(AsyncResource):
         )
 
 
+class SdkAdapter(ProviderAdapter):
+    """An adapter that sends through a provider's SDK (`openai`, `anthropic`), its client
+    made with the key, timeout and headers given and without the SDK's own retries."""
+
+    def __init__(
+        self,
+        model: str,
+        spec: ModelSpec,
+        *,
+        api_key: str,
+        timeout: float,
+        headers: dict[str, str],
+        **common: Any,
+    ) -> None:
+        super().__init__(model, spec, **common)
+        self._sdk = self.sdk_client(
+            api_key=api_key, timeout=timeout, max_retries=0, default_headers=headers
+        )
+
+    @abstractmethod
+    def sdk_client(self, **options: Any) -> Any:
+        """The SDK's async client for this adapter's base URL, made with `options`."""
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connections."""
+        await self._sdk.close()
+
+
+def adapter_options(
+    retry: RetryPolicy | None,
+    clock: Clock | None,
+    rng: random.Random | None,
+    context: ContextPolicy | None,
+    params: Mapping[str, Any] | None,
+    max_request_bytes: int | None,
+) -> dict[str, Any]:
+    """`ProviderAdapter`'s keyword arguments, as `model_client` and `aws_client` take them.
+
+    Raises:
+        ValueError: `max_request_bytes` is not positive.
+    """
+    if max_request_bytes is not None and max_request_bytes <= 0:
+        raise ValueError(f"max_request_bytes must be > 0, not {max_request_bytes!r}")
+    return {
+        "max_request_bytes": max_request_bytes,
+        "retry": retry,
+        "clock": clock,
+        "rng": rng,
+        "context": context,
+        "params": dict(params or {}),
+    }
+
+
+def no_stream(params: dict[str, Any]) -> None:
+    """Take `stream` out of a call's parameters.
+
+    Raises:
+        ValueError: it asked for a stream (`complete()` returns whole responses).
+    """
+    if params.pop("stream", False):
+        raise ValueError("complete() returns whole responses; stream=True is not supported")
+
+
 def thinking_within(params: dict[str, Any], ceiling: int | None, minimum: int = 0) -> None:
     """Keep a `thinking: {"budget_tokens": N}` parameter under the output ceiling.
 
@@ -243,13 +309,21 @@ def _error_text(reply: Reply) -> str:
     return f"HTTP {reply.status}: {brief(message if message else body)}"
 
 
-async def call_sdk(sdk: Any, create: Callable[..., Awaitable[Any]], **kwargs: Any) -> Reply:
-    """One raw-response SDK call; error statuses become replies, the rest `HttpError`s.
+async def call_sdk(
+    sdk: Any,
+    create: Callable[..., Awaitable[Any]],
+    body: dict[str, Any],
+    headers: dict[str, str],
+    named: tuple[str, ...],
+) -> Reply:
+    """One raw-response SDK call of `body`: its `named` keys as the method's arguments,
+    the rest as `extra_body`. Error statuses become replies, the rest `HttpError`s.
 
     `sdk` is the `openai` or `anthropic` module: both name their errors alike.
     """
+    rest = {k: v for k, v in body.items() if k not in named}
     try:
-        raw = await create(**kwargs)
+        raw = await create(**{k: body[k] for k in named}, extra_body=rest, extra_headers=headers)
     except sdk.APIStatusError as exc:
         response = exc.response
         return Reply(response.status_code, response.headers, response.content)

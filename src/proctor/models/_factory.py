@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import ModelError
 from ._bedrock import aws_client
-from ._client import ProviderAdapter
+from ._client import ProviderAdapter, adapter_options
 from ._clock import Clock
 from ._context import ContextPolicy
 from ._names import PROVIDERS, ModelSpec
@@ -85,8 +85,7 @@ def model_client(
         max_request_bytes = max_request_bytes or pinned.max_request_bytes
         server_compaction = server_compaction or pinned.server_compaction
     parsed = parse_model(pinned.model if named and pinned is not None else spec)
-    if max_request_bytes is not None and max_request_bytes <= 0:
-        raise ValueError(f"max_request_bytes must be > 0, not {max_request_bytes!r}")
+    common = adapter_options(retry, clock, rng, context, params, max_request_bytes)
     if server_compaction is not None and parsed.api != "messages":
         raise ValueError(f"server_compaction is Anthropic Messages', not {parsed.api}'s ({spec})")
     if parsed.auth == "sigv4":  # bedrock/, mantle/: signed with AWS credentials, no key
@@ -104,14 +103,6 @@ def model_client(
         )
         return _pin(signed, pinned)
     key = _api_key(parsed, api_key)
-    common: dict[str, Any] = {
-        "max_request_bytes": max_request_bytes,
-        "retry": retry,
-        "clock": clock,
-        "rng": rng,
-        "context": context,
-        "params": dict(params or {}),
-    }
     sdk: dict[str, Any] = {"api_key": key, "timeout": timeout, "headers": dict(headers or {})}
     extra = "anthropic" if parsed.api == "messages" else "openai"
     try:

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from ._client import ProviderAdapter, Reply
 from ._context import ContextPolicy
-from ._names import ModelSpec
 from ._openai import ChatAdapter
-from ._sigv4 import AwsSigner, SignedHttp
+from ._sigv4 import AwsSigner, SignedAdapter
 
 __all__ = ["SIGNED_CHAT_CEILING", "SIGNED_CHAT_CONTEXT", "SignedChatAdapter"]
 
@@ -28,30 +24,15 @@ SIGNED_CHAT_CONTEXT = ContextPolicy(max_bytes=SIGNED_CHAT_CEILING, max_messages=
 """The compaction rule of signed chat endpoints when the caller gives none."""
 
 
-class SignedChatAdapter(ChatAdapter):
-    """Chat Completions on a SigV4-signed endpoint."""
+class SignedChatAdapter(SignedAdapter, ChatAdapter):
+    """Chat Completions on a SigV4-signed endpoint (the OpenAI SDK can only send a
+    bearer key)."""
 
-    def __init__(
-        self,
-        model: str,
-        spec: ModelSpec,
-        *,
-        signer: AwsSigner,
-        timeout: float,
-        headers: dict[str, str],
-        **common: Any,
-    ) -> None:
-        # The OpenAI SDK is not used: it can only send a bearer key.
+    def __init__(self, *args: Any, **common: Any) -> None:
         common["max_request_bytes"] = common.get("max_request_bytes") or SIGNED_CHAT_CEILING
         common["context"] = common.get("context") or SIGNED_CHAT_CONTEXT
-        ProviderAdapter.__init__(self, model, spec, **common)
-        self.url = f"{spec.base_url}/chat/completions"
-        self._http = SignedHttp(signer, timeout=timeout, headers=headers)
+        super().__init__(*args, **common)
 
-    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
-        """One signed `POST /chat/completions`."""
-        return await self._http.request("POST", self.url, orjson.dumps(body), headers)
-
-    async def aclose(self) -> None:
-        """Close the connections."""
-        await self._http.aclose()
+    def endpoint(self, signer: AwsSigner) -> str:
+        """`/chat/completions` on the model's base URL."""
+        return f"{self.spec.base_url}/chat/completions"

@@ -13,14 +13,13 @@ parts in a user message and in a `function_call_output`'s `output` list.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import openai
 import orjson
 
-from ._client import ProviderAdapter, Reply, call_sdk, thinking_within
+from ._client import Reply, SdkAdapter, call_sdk, no_stream, thinking_within
 from ._content import data_url, is_image
-from ._names import ModelSpec
 from ._types import Message, ToolSpec
 from ._wire import text_of
 
@@ -36,25 +35,10 @@ _OWN_REASONING = ("openai", "openai-responses")
 """Providers that refuse `reasoning_content` on an input message."""
 
 
-class _OpenAIAdapter(ProviderAdapter):
-    def __init__(
-        self,
-        model: str,
-        spec: ModelSpec,
-        *,
-        api_key: str,
-        timeout: float,
-        headers: dict[str, str],
-        **common: Any,
-    ) -> None:
-        super().__init__(model, spec, **common)
-        self._sdk = openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=spec.base_url,
-            timeout=timeout,
-            max_retries=0,
-            default_headers=headers,
-        )
+class _OpenAIAdapter(SdkAdapter):
+    def sdk_client(self, **options: Any) -> openai.AsyncOpenAI:
+        """The OpenAI client on the model's base URL."""
+        return openai.AsyncOpenAI(base_url=self.spec.base_url, **options)
 
     def session_headers(self, session_key: str | None) -> dict[str, str]:
         """Compatible servers get the session key as a header (routing affinity)."""
@@ -67,10 +51,6 @@ class _OpenAIAdapter(ProviderAdapter):
     def _session_params(self, session_key: str | None, params: dict[str, Any]) -> None:
         if session_key is not None and self.spec.provider in _OPENAI:
             params.setdefault("prompt_cache_key", session_key)
-
-    async def aclose(self) -> None:
-        """Close the SDK client and its connections."""
-        await self._sdk.close()
 
 
 class ChatAdapter(_OpenAIAdapter):
@@ -86,7 +66,7 @@ class ChatAdapter(_OpenAIAdapter):
         params: dict[str, Any],
     ) -> dict[str, Any]:
         """`POST /chat/completions` body."""
-        _no_stream(params)
+        no_stream(params)
         self._session_params(session_key, params)
         if self.spec.provider == "fireworks" and "/routers/" in self.spec.model:
             params.pop("service_tier", None)  # a router id refuses one
@@ -114,15 +94,8 @@ class ChatAdapter(_OpenAIAdapter):
 
     async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
         """One `chat.completions.create` through the SDK."""
-        rest = {k: v for k, v in body.items() if k not in ("model", "messages")}
-        return await call_sdk(
-            openai,
-            self._sdk.chat.completions.with_raw_response.create,
-            model=body["model"],
-            messages=cast(Any, body["messages"]),
-            extra_body=rest,
-            extra_headers=headers,
-        )
+        create = self._sdk.chat.completions.with_raw_response.create
+        return await call_sdk(openai, create, body, headers, ("model", "messages"))
 
 
 def chat_messages(messages: list[Message], *, reasoning: bool = True) -> list[Message]:
@@ -171,11 +144,6 @@ def _image_url(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "image_url", "image_url": url}
 
 
-def _no_stream(params: dict[str, Any]) -> None:
-    if params.pop("stream", False):
-        raise ValueError("complete() returns whole responses; stream=True is not supported")
-
-
 class ResponsesAdapter(_OpenAIAdapter):
     """The OpenAI Responses API, fed the chat-shaped history turned into input items."""
 
@@ -189,7 +157,7 @@ class ResponsesAdapter(_OpenAIAdapter):
         params: dict[str, Any],
     ) -> dict[str, Any]:
         """`POST /responses` body."""
-        _no_stream(params)
+        no_stream(params)
         self._session_params(session_key, params)
         if "max_tokens" in params:
             params.setdefault("max_output_tokens", params.pop("max_tokens"))
@@ -215,15 +183,8 @@ class ResponsesAdapter(_OpenAIAdapter):
 
     async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
         """One `responses.create` through the SDK."""
-        rest = {k: v for k, v in body.items() if k not in ("model", "input")}
-        return await call_sdk(
-            openai,
-            self._sdk.responses.with_raw_response.create,
-            model=body["model"],
-            input=cast(Any, body["input"]),
-            extra_body=rest,
-            extra_headers=headers,
-        )
+        create = self._sdk.responses.with_raw_response.create
+        return await call_sdk(openai, create, body, headers, ("model", "input"))
 
 
 def responses_input(messages: list[Message]) -> list[dict[str, Any]]:

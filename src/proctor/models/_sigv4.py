@@ -9,15 +9,19 @@ logs, traces or `repr`.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .._errors import ModelError
 from .._http import HttpClient
-from ._client import Reply
+from ._client import ProviderAdapter, Reply
+from ._names import ModelSpec
 
-__all__ = ["AwsSigner", "SignedHttp", "aws_signer"]
+__all__ = ["AwsSigner", "SignedAdapter", "SignedHttp", "aws_signer"]
 
 _UNSIGNED = frozenset({"authorization", "x-amz-date", "x-amz-security-token", "content-length"})
 
@@ -111,6 +115,38 @@ class SignedHttp:
         response = await self._http.request(method, url, headers=signed, body=body)
         content = await response.read()
         return Reply(response.status, response.headers, content)
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+
+class SignedAdapter(ProviderAdapter):
+    """An adapter that posts its bodies to one URL, signed with AWS credentials, through
+    proctor's HTTP client (`SignedHttp`) instead of an SDK."""
+
+    def __init__(
+        self,
+        model: str,
+        spec: ModelSpec,
+        *,
+        signer: AwsSigner,
+        timeout: float,
+        headers: dict[str, str],
+        **common: Any,
+    ) -> None:
+        # ProviderAdapter's, not super()'s: a signed chat adapter makes no SDK client.
+        ProviderAdapter.__init__(self, model, spec, **common)
+        self.url = self.endpoint(signer)
+        self._http = SignedHttp(signer, timeout=timeout, headers=headers)
+
+    @abstractmethod
+    def endpoint(self, signer: AwsSigner) -> str:
+        """The URL every request goes to."""
+
+    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        """One signed `POST` of the body to `url`."""
+        return await self._http.request("POST", self.url, orjson.dumps(body), headers)
 
     async def aclose(self) -> None:
         """Close the connections."""

@@ -7,7 +7,7 @@ Completions and compatible servers), `responses` (OpenAI Responses) or `messages
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, NamedTuple, Protocol
 
 import orjson
@@ -20,6 +20,7 @@ __all__ = [
     "check_response",
     "checked",
     "parse_response",
+    "usage_cached_apart",
     "usage_from",
 ]
 
@@ -41,18 +42,40 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+_MESSAGES_USAGE = (
+    "input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "output_tokens",
+)
+"""Anthropic's usage keys, as `usage_cached_apart` takes them."""
+
+
+def usage_cached_apart(
+    usage: dict[str, Any], keys: tuple[str, str, str, str], count: Callable[[Any], int]
+) -> Usage:
+    """The token counts of an API that counts cache reads and writes apart from its
+    input (Anthropic Messages, Bedrock Converse): the input is their sum.
+
+    `keys` name the uncached input, the cache reads, the cache writes and the output in
+    `usage`; `count` reads each value (zero for a missing or odd one).
+    """
+    uncached, reads, writes, output = keys
+    read = count(usage.get(reads))
+    write = count(usage.get(writes))
+    return Usage(
+        input_tokens=count(usage.get(uncached)) + read + write,
+        cached_input_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=count(usage.get(output)),
+    )
+
+
 def usage_from(api: str, body: Any) -> Usage:
     """The token counts of a response body; zeros for whatever is missing."""
     u = _dict(_dict(body).get("usage"))
     if api == "messages":
-        read = _int(u.get("cache_read_input_tokens"))
-        write = _int(u.get("cache_creation_input_tokens"))
-        return Usage(
-            input_tokens=_int(u.get("input_tokens")) + read + write,
-            cached_input_tokens=read,
-            cache_write_tokens=write,
-            output_tokens=_int(u.get("output_tokens")),
-        )
+        return usage_cached_apart(u, _MESSAGES_USAGE, _int)
     if api == "responses":
         return Usage(
             input_tokens=_int(u.get("input_tokens")),
