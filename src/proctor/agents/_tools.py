@@ -131,28 +131,52 @@ def function_tool(
     return Tool(spec, call)
 
 
+def text_tool(
+    name: str,
+    description: str,
+    argument: tuple[str, str],
+    act: Callable[[str], Awaitable[ToolResult]],
+    *,
+    own_timeout: bool = False,
+) -> Tool:
+    """A tool of one string argument (`argument`: its name and what it is): a call
+    without a non-empty string there is refused, any other is `act(text)`."""
+    key, about = argument
+    spec = ToolSpec(
+        name,
+        description,
+        {
+            "type": "object",
+            "properties": {key: {"type": "string", "description": about}},
+            "required": [key],
+        },
+    )
+
+    async def call(arguments: dict[str, Any]) -> ToolResult:
+        text = arguments.get(key)
+        if not isinstance(text, str) or not text.strip():
+            return ToolResult(f"`{key}` must be a non-empty string", is_error=True)
+        return await act(text)
+
+    return Tool(spec, call, own_timeout=own_timeout)
+
+
 def shell_tool(client: Shell, *, name: str = "shell", description: str | None = None) -> Tool:
     """A tool that runs one shell command per call through `client`."""
-    spec = ToolSpec(
+
+    async def run(command: str) -> ToolResult:
+        return _shell_result(await client.run(command))
+
+    return text_tool(
         name,
         description
         or "Run a bash command in the task's environment and get its exit code, stdout and "
         "stderr. Each call starts a fresh shell in the working directory, so `cd` and "
         "variables do not carry over between calls.",
-        {
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "The command to run."}},
-            "required": ["command"],
-        },
+        ("command", "The command to run."),
+        run,
+        own_timeout=client.timeout is not None,
     )
-
-    async def call(arguments: dict[str, Any]) -> ToolResult:
-        command = arguments.get("command")
-        if not isinstance(command, str) or not command.strip():
-            return ToolResult("`command` must be a non-empty string", is_error=True)
-        return _shell_result(await client.run(command))
-
-    return Tool(spec, call, own_timeout=client.timeout is not None)
 
 
 def command_tool(declaration: dict[str, Any], client: Shell) -> Tool:

@@ -10,8 +10,7 @@ import orjson
 
 from .._errors import ConnectionLost, ProtocolError, RemoteError
 from .._urls import host_port, unix_path
-from ..models import ToolSpec
-from ._tools import Tool, ToolResult
+from ._tools import Tool, ToolResult, text_tool
 
 if TYPE_CHECKING:
     from ..env import Capability
@@ -100,24 +99,15 @@ def _reply(line: bytes, name: str) -> str | None:
 
 def user_tool(client: UserClient, *, name: str = "talk_to_user") -> Tool:
     """A tool that sends one message to the simulated user and returns the reply."""
-    spec = ToolSpec(
+
+    async def talk(message: str) -> ToolResult:
+        reply = None if client.done else await client.send(message)
+        return ToolResult("The user has ended the conversation." if reply is None else reply)
+
+    return text_tool(
         name,
         "Send a message to the user you are helping and get their reply. When the user "
         "has ended the conversation, the result says so: then give your final answer.",
-        {
-            "type": "object",
-            "properties": {"message": {"type": "string", "description": "What to say."}},
-            "required": ["message"],
-        },
+        ("message", "What to say."),
+        talk,
     )
-
-    async def call(arguments: dict[str, Any]) -> ToolResult:
-        message = arguments.get("message")
-        if not isinstance(message, str) or not message.strip():
-            return ToolResult("`message` must be a non-empty string", is_error=True)
-        if client.done:
-            return ToolResult("The user has ended the conversation.")
-        reply = await client.send(message)
-        return ToolResult("The user has ended the conversation." if reply is None else reply)
-
-    return Tool(spec, call)
