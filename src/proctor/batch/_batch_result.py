@@ -1,12 +1,15 @@
-"""`BatchResult`, what a batch run did, and `run_main`, which runs one as the program."""
+"""`BatchResult`, what a batch run did, and `run_main`, which runs one as the program
+(`blocking` makes a synchronous call of a batch coroutine function with it)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import contextvars
+import functools
 import signal
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -14,9 +17,10 @@ from pydantic import BaseModel, ConfigDict
 from .._loop import run_async
 from ._plan import Plan
 
-__all__ = ["BatchResult", "Interrupts", "received_signal", "run_main"]
+__all__ = ["BatchResult", "Interrupts", "blocking", "received_signal", "run_main"]
 
 ENDED_OK = "completed"
+P = ParamSpec("P")
 
 
 class Interrupts:
@@ -115,3 +119,15 @@ def run_main(coro: Any) -> BatchResult:
         return result
 
     return run_async(main(), fast=True)
+
+
+def blocking(afn: Callable[P, Coroutine[Any, Any, BatchResult]]) -> Callable[P, BatchResult]:
+    """`afn` for synchronous callers, run by `run_main`: its parameters and docstring,
+    its name without the leading `a` (`aexecute` -> `execute`)."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> BatchResult:
+        return run_main(afn(*args, **kwargs))
+
+    functools.update_wrapper(run, afn)
+    run.__name__ = run.__qualname__ = afn.__name__.removeprefix("a")
+    return run

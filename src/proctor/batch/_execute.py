@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from .._errors import StoreError
 from ..store import BatchStore, Durability, fsync_dir, list_rollouts, read_batch
-from ._batch_result import BatchResult, run_main
+from ._batch_result import BatchResult, blocking
 from ._batch_runner import Runner, Work, assignment_of, identity, spent
 from ._config import Assignment, BatchConfig
 from ._config_ids import _clean
@@ -36,7 +36,7 @@ __all__ = ["BatchResult", "aexecute", "aresume", "execute", "resume"]
 # -- execute ----------------------------------------------------------------------------
 
 
-def execute(
+async def aexecute(
     config: BatchConfig | str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
     *,
@@ -49,33 +49,12 @@ def execute(
 
     `view` is where the live view goes (a terminal gets a rich panel, anything else
     plain lines); None shows nothing. `durability` overrides the config's (`strict`
-    fsyncs every state change; see docs/batch-layout.md).
+    fsyncs every state change; see docs/batch-layout.md). `execute` is the same call
+    for synchronous code, where SIGINT and SIGTERM stop the run cleanly (`run_main`).
 
     Raises:
         StoreError: `output_dir` already exists.
     """
-    return run_main(
-        aexecute(
-            config,
-            output_dir,
-            allow_partial=allow_partial,
-            skip_model_check=skip_model_check,
-            view=view,
-            durability=durability,
-        )
-    )
-
-
-async def aexecute(
-    config: BatchConfig | str | os.PathLike[str],
-    output_dir: str | os.PathLike[str],
-    *,
-    allow_partial: bool = False,
-    skip_model_check: bool = False,
-    view: IO[str] | None = None,
-    durability: Durability | None = None,
-) -> BatchResult:
-    """`execute`, for callers already in an event loop."""
     out = _absolute(output_dir)
     _refuse_existing(out)
     if durability is not None:
@@ -95,6 +74,9 @@ async def aexecute(
     work = _Queued(config, plan)
     store = _create(out, _meta(config, plan, setup, options), config, work.assignments())
     return await Runner(store, setup, "execute").run(work, len(work), view)
+
+
+execute = blocking(aexecute)
 
 
 class _Queued:
@@ -215,28 +197,6 @@ def _taskset_digest(setup: Setup) -> str:
 # -- resume -----------------------------------------------------------------------------
 
 
-def resume(
-    output_dir: str | os.PathLike[str],
-    *,
-    retry_errors: bool = False,
-    retry: Sequence[str] = (),
-    retry_where: str | None = None,
-    view: IO[str] | None = None,
-    durability: Durability | None = None,
-) -> BatchResult:
-    """Continue the batch in `output_dir` (see `aresume`)."""
-    return run_main(
-        aresume(
-            output_dir,
-            retry_errors=retry_errors,
-            retry=retry,
-            retry_where=retry_where,
-            view=view,
-            durability=durability,
-        )
-    )
-
-
 async def aresume(
     output_dir: str | os.PathLike[str],
     *,
@@ -256,7 +216,9 @@ async def aresume(
     failed and interrupted rollouts get a new attempt (the old one is kept on disk);
     so do the ended rollouts named in `retry` (ids) or matched by `retry_where`
     (`status=interrupted,task=add-1-2`: see `_retry.parse_where`), whatever their
-    status. `durability` overrides the recorded config's for this runner.
+    status. `durability` overrides the recorded config's for this runner. `resume` is
+    the same call for synchronous code, where SIGINT and SIGTERM stop the run cleanly
+    (`run_main`).
 
     Raises:
         StoreError: not a batch output, another runner has it, the config changed, or
@@ -283,6 +245,9 @@ async def aresume(
         raise
     total = sum(1 for _ in _all_rows(out))
     return await Runner(store, setup, "resume").run(work, total, view, again=again)
+
+
+resume = blocking(aresume)
 
 
 async def _reload(store: BatchStore, out: str) -> tuple[Setup, Plan]:
