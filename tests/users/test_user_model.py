@@ -27,7 +27,7 @@ seen: dict[str, Any] = {}
 @env.template
 async def ask(topic: str) -> AsyncGenerator[Any, Any]:
     customer = ModelUser(persona=f"someone curious about {topic}", goal="learn one fact")
-    seen["user_model"] = customer._run_model
+    seen["user_model"] = customer._episode and customer._episode.user_model
     dialogue = users.open(customer)
     yield {"prompt": f"Talk about {topic}.", "bindings": {"user": dialogue.binding}}
 

@@ -402,6 +402,19 @@ class _Session:
             raise _Refusal(INVALID_REQUEST, "no task in progress")
         return self._solve(rid, runner)
 
+    def user(self, rid: Any, params: dict[str, Any]) -> dict[str, Any]:
+        """`tasks.user`: the held task's simulated users ask a new user-model endpoint
+        (a driver that resumed the session sends its own; the old one died with its
+        driver)."""
+        runner = self.runner
+        if runner is None:
+            raise _Refusal(INVALID_REQUEST, "no task in progress")
+        user = params.get("user")
+        if user is not None and not isinstance(user, dict):
+            raise _Refusal(INVALID_PARAMS, "tasks.user: need {user: object or null}")
+        runner.renew_user(user)
+        return {"renewed": True}
+
     def cancel(self, rid: Any, params: dict[str, Any]) -> Any:
         if self.call is None and self.runner is None:
             return {"cancelled": False}
@@ -529,6 +542,7 @@ _HANDLERS: dict[str, Callable[[_Session, Any, dict[str, Any]], Any]] = {
     "tasks.start": _Session.start,
     "tasks.grade": _Session.grade,
     "tasks.solve": _Session.solve,
+    "tasks.user": _Session.user,
     "tasks.cancel": _Session.cancel,
     "bye": _Session.bye,
     "tunnel.open": _Session.tunnel_in_session,

@@ -19,7 +19,7 @@ from ..records import RunError
 from ._deadline import Clock, Span
 from ._held import Held
 from ._timeouts import Timeouts
-from ._users import open_user_model
+from ._users import open_user_model, renew_user_model
 from ._watch import SubstrateWatch
 
 if TYPE_CHECKING:
@@ -121,6 +121,8 @@ class Adoption:
     start_result: dict[str, Any] = field(default_factory=dict)
     release: Callable[[], Awaitable[None]] | None = None
     """Stops the adopted substrate at teardown (e.g. its container), if anything must."""
+    died: asyncio.Future[str] | None = field(default=None, repr=False)
+    """Resolves with the cause if the adopted substrate dies (as `Endpoint.died`)."""
 
 
 async def execute_run(
@@ -144,7 +146,8 @@ async def execute_run(
     `tasks.start` failing for any reason but the task's own error) is retried on a
     fresh substrate up to `launch_retries` times; each failure is kept in
     `run.launch_errors` and `run.launch_attempts` counts the launches. With `adopt`,
-    the run continues a parked session instead (no launch, no `tasks.start`).
+    the run continues a parked session instead (no launch, no `tasks.start`; a user
+    model's new session goes to it with `tasks.user`).
     """
     deadlines = Timeouts.of(timeout).for_row(run.task.runtime_config)
     runtime = runtime if runtime is not None else default_runtime()
@@ -224,8 +227,8 @@ async def _launch(
         stack = Held()
         try:
             if adopt is not None:
-                await _adopt(phases, adopt, limits, stack)
-                return stack, None
+                await _adopt(phases, adopt, limits, stack, user)
+                return stack, adopt.died
             return stack, await _provision(phases, runtime, limits, stack, user)
         except Exception as exc:
             if attempt > retries or adopt is not None or not _relaunchable(run, exc):
@@ -283,7 +286,13 @@ async def _provision(
     return endpoint.died
 
 
-async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: Held) -> None:
+async def _adopt(
+    phases: _Phases,
+    adopt: Adoption,
+    limits: Timeouts,
+    stack: Held,
+    user: InterceptionProxy | None = None,
+) -> None:
     run = phases.run
     if adopt.release is not None:  # in the lease's place: after the connection closes
         release = stack.lease = AsyncExitStack()
@@ -298,6 +307,8 @@ async def _adopt(phases: _Phases, adopt: Adoption, limits: Timeouts, stack: Held
         )
         run.client = await link.__aenter__()
         stack.link = link
+        if user is not None:  # the task's users held the dead driver's session
+            await renew_user_model(run, user, stack)
     run.start_result = dict(adopt.start_result)
     run.prompt = adopt.prompt
     run.status = "running"

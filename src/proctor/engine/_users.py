@@ -1,5 +1,6 @@
 """The run's user model: a session on the `user` interception proxy for a rollout whose
-environment serves simulated users (user/1), so a `ModelUser` asks it (docs/users.md)."""
+environment serves simulated users (user/1), so a `ModelUser` asks it (docs/users.md);
+a resumed rollout's driver opens its own and hands it over (`tasks.user`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ..records import Step, Trace
 if TYPE_CHECKING:
     from ..proxy import InterceptionProxy
 
-__all__ = ["open_user_model"]
+__all__ = ["open_user_model", "renew_user_model"]
 
 
 def open_user_model(run: Run, proxy: InterceptionProxy, stack: AsyncExitStack) -> None:
@@ -40,6 +41,15 @@ def open_user_model(run: Run, proxy: InterceptionProxy, stack: AsyncExitStack) -
             _mark(step)
 
     stack.callback(close)
+
+
+async def renew_user_model(run: Run, proxy: InterceptionProxy, stack: AsyncExitStack) -> None:
+    """Open the run's user-model session on a continued (adopted) session and send it
+    with `tasks.user`: the task's simulated users held the endpoint of the driver that
+    started it, which died with it (docs/wire.md)."""
+    open_user_model(run, proxy, stack)
+    if run.user is not None and run.client is not None:
+        await run.client.call("tasks.user", {"user": run.user.to_params()})
 
 
 class _UserSteps(list["Step"]):

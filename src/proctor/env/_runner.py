@@ -54,6 +54,11 @@ class TaskRunner:
         """The template id this runner drives."""
         return self.template.id
 
+    def renew_user(self, user: Any) -> None:
+        """Point the run's simulated users at a new user-model endpoint (`tasks.user`:
+        the session of a driver that resumed this task)."""
+        self._ctx.episode.user_model = user
+
     async def start(self) -> dict[str, Any]:
         """Run the setup hooks, then the template to its first yield; return the prompt frame.
 

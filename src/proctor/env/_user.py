@@ -102,7 +102,8 @@ class ModelUser:
     setup hook), it asks the run's user model: a proxy session the driver opened for
     this rollout (`proctor run --user-model`, a batch's `user_model`), whose secret is
     all the environment sees; its turns are priced on the run and marked
-    `data["user"]` on the trace.
+    `data["user"]` on the trace. A driver that resumes the run sends its own session
+    (`tasks.user`), which the next message asks.
 
     Args:
         persona: who the user is.
@@ -127,8 +128,7 @@ class ModelUser:
         self.persona = persona
         self.goal = goal
         self.endpoint = endpoint
-        episode = CURRENT_EPISODE.get()
-        self._run_model: Any = None if episode is None else episode.user_model
+        self._episode = CURRENT_EPISODE.get()  # its user model, read when asked
         self.model = model
         self.stop = stop
         self.max_turns = max_turns
@@ -161,8 +161,9 @@ class ModelUser:
             return self.endpoint
         if self.endpoint is not None:
             return self.endpoint()
+        params = None if self._episode is None else self._episode.user_model
         try:
-            endpoint = Judge.from_params(self._run_model) if self._run_model else None
+            endpoint = Judge.from_params(params) if params else None
         except ValueError as exc:
             raise ValueError(f"the run's user model (tasks.start's `user` param): {exc}") from None
         if endpoint is None:
