@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 from ._common import CLIError, run_async
 from ._run_rows import check_rows
@@ -26,9 +26,6 @@ if TYPE_CHECKING:
     from ._run_plan import RunPlan
 
 __all__ = ["Ended", "execute_plan"]
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass(slots=True)
@@ -134,7 +131,7 @@ def _slots(plan: RunPlan) -> tuple[Sequence[Planned], Sequence[Assignment]]:
     import uuid
 
     from ..batch import Assignment, rollout_id
-    from ..engine import Planned
+    from ..engine import Planned, Repeats
 
     rows = [(task, uuid.uuid4().hex) for task in plan.taskset]
 
@@ -147,34 +144,7 @@ def _slots(plan: RunPlan) -> tuple[Sequence[Planned], Sequence[Assignment]]:
         rid = rollout_id(slug, "agent", repeat)
         return Assignment(rid, slug, plan.agent_label, plan.model, repeat, enabled=True)
 
-    return _Repeats(rows, plan.group, planned), _Repeats(rows, plan.group, assignment)
-
-
-class _Repeats(Sequence[T]):
-    """`make(row, repeat)` for each row and each repeat from 1 to `group`, in that
-    order, made on demand."""
-
-    def __init__(self, rows: Sequence[R], group: int, make: Callable[[R, int], T]) -> None:
-        self._rows = rows
-        self._group = group
-        self._make = make
-
-    def __len__(self) -> int:
-        return len(self._rows) * self._group
-
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[T]: ...
-    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        row, k = divmod(i, self._group)
-        return self._make(self._rows[row], k + 1)
+    return Repeats(rows, plan.group, planned), Repeats(rows, plan.group, assignment)
 
 
 def _meta(plan: RunPlan) -> dict[str, Any]:

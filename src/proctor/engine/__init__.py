@@ -11,6 +11,7 @@ __all__ = [
     "Job",
     "Planned",
     "RayExecutor",
+    "Repeats",
     "RolloutObserver",
     "RunSink",
     "RunSpec",
@@ -29,6 +30,7 @@ _EXPORTS = {
     "Job": "._job",
     "Planned": "._spec",
     "RayExecutor": "._ray_executor",
+    "Repeats": "._spec",
     "RolloutObserver": "._events",
     "RunSink": "._collect",
     "RunSpec": "._spec",
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from ._job import Job
     from ._pool import for_each, run_taskset
     from ._ray_executor import RayExecutor
-    from ._spec import Planned, RunSpec
+    from ._spec import Planned, Repeats, RunSpec
     from ._summary import RunSummary
     from ._timeouts import Timeouts
 else:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ..agents import Run
 from ._collect import Collector, SinkLike, sink_call
 from ._drive import default_runtime, execute_run
 from ._groups import check_group_rewards
 from ._job import Job, Keep
-from ._spec import Planned, RunSpec
+from ._spec import Planned, Repeats, RunSpec
 from ._timeouts import Timeouts
 
 if TYPE_CHECKING:
@@ -165,37 +165,16 @@ async def _collected(
         collector.fill()
 
 
-class _Expansion(Sequence[Planned]):
+class _Expansion(Repeats[tuple["Task", str], Planned]):
     """Each row's rollouts, `group` in a row sharing the row's group id, made on
     demand: a `Planned` per rollout need not live for the whole job."""
 
     def __init__(self, rows: list[tuple[Task, str]], group: int) -> None:
-        self.rows = rows
-        self.group = group
-        self._size = len(rows) * group
+        super().__init__(rows, group, _planned)
 
-    def __len__(self) -> int:
-        return self._size
 
-    def __iter__(self) -> Iterator[Planned]:  # not Sequence's: one __getitem__ a rollout
-        group = self.group
-        for task, gid in self.rows:
-            for _ in range(group):
-                yield Planned(task, gid)
-
-    @overload
-    def __getitem__(self, i: int) -> Planned: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[Planned]: ...
-    def __getitem__(self, i: int | slice) -> Planned | Sequence[Planned]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._size))]
-        if i < 0:
-            i += self._size
-        if not 0 <= i < self._size:
-            raise IndexError(i)
-        task, gid = self.rows[i // self.group]
-        return Planned(task, gid)
+def _planned(row: tuple[Task, str], repeat: int) -> Planned:
+    return Planned(*row)
 
 
 class _LocalExecutor:

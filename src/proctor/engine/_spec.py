@@ -1,10 +1,11 @@
-"""What a pool runs: the rollouts, the agents that run them, and one concurrency bound."""
+"""What a pool runs: the rollouts, the agents that run them, and one concurrency bound;
+`Repeats` makes each row's rollouts on demand."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from ._timeouts import Timeouts
 
@@ -13,7 +14,10 @@ if TYPE_CHECKING:
     from ..records import Task
     from ..runtimes import RuntimeLike
 
-__all__ = ["Planned", "RunSpec"]
+__all__ = ["Planned", "Repeats", "RunSpec"]
+
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +58,38 @@ class RunSpec:
     def width(self) -> int:
         """Rollouts that may be in flight at once: the bound, or every rollout."""
         return min(self.max_concurrent or len(self.rollouts), len(self.rollouts))
+
+
+class Repeats(Sequence[T], Generic[R, T]):
+    """`make(row, repeat)` for each of `rows` and each repeat from 1 to `group`, in that
+    order, made when asked for: a long run's rollouts (`RunSpec.rollouts`) need not all
+    live at once."""
+
+    def __init__(self, rows: Sequence[R], group: int, make: Callable[[R, int], T]) -> None:
+        self.rows = rows
+        self.group = group
+        self._make = make
+        self._size = len(rows) * group
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[T]:  # not Sequence's: one __getitem__ an item
+        make, group = self._make, self.group
+        for row in self.rows:
+            for repeat in range(1, group + 1):
+                yield make(row, repeat)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._size))]
+        if i < 0:
+            i += self._size
+        if not 0 <= i < self._size:
+            raise IndexError(i)
+        row, k = divmod(i, self.group)
+        return self._make(self.rows[row], k + 1)
