@@ -353,3 +353,15 @@ async def test_model_client_routes_a_bedrock_string_to_converse(
     assert response.content == "signed"
     (request,) = fake.requests
     assert request.path.endswith("/converse")
+
+
+async def test_signed_clients_refuse_a_stream_before_sending(
+    fake: FakeBedrockServer, aws_env: Callable[[FakeBedrockServer], None]
+) -> None:
+    """Converse and signed chat answer whole responses, as the SDK adapters do."""
+    aws_env(fake)
+    for spec in (fake.model_string(), fake.mantle_string()):
+        async with aws_client(spec) as client:
+            with pytest.raises(ValueError, match="stream=True is not supported"):
+                await client.complete([{"role": "user", "content": "hi"}], stream=True)
+    assert not fake.requests

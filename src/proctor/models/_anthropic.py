@@ -20,7 +20,7 @@ from typing import Any
 
 import anthropic
 
-from ._client import Reply, SdkAdapter, call_sdk, no_stream, thinking_within
+from ._client import Reply, SdkAdapter, call_sdk, thinking_within
 from ._content import image_data, is_image
 from ._turns import alternating_turns
 from ._types import Message, ToolSpec
@@ -80,7 +80,6 @@ class MessagesAdapter(SdkAdapter):
         params: dict[str, Any],
     ) -> dict[str, Any]:
         """`POST /v1/messages` body."""
-        no_stream(params)
         system, turns = anthropic_messages(messages)
         body: dict[str, Any] = {
             "model": self.spec.model,

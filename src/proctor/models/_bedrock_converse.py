@@ -73,10 +73,8 @@ def converse_body(
     and the last user turn.
 
     Raises:
-        ValueError: an image given by URL (Converse takes bytes), or `stream=True`.
+        ValueError: an image given by URL (Converse takes bytes).
     """
-    if params.pop("stream", False):
-        raise ValueError("complete() returns whole responses; stream=True is not supported")
     system, turns = converse_messages(messages)
     body: dict[str, Any] = {"messages": turns}
     if system:

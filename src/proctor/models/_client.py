@@ -29,7 +29,6 @@ __all__ = [
     "SdkAdapter",
     "adapter_options",
     "call_sdk",
-    "no_stream",
     "thinking_within",
 ]
 
@@ -137,6 +136,8 @@ class ProviderAdapter(AsyncResource):
             if self.context.max_frames is not None:
                 messages, _ = drop_frames(messages, max_frames=self.context.max_frames)
         merged = {**self.params, **params}
+        if merged.pop("stream", False):
+            raise ValueError("complete() returns whole responses; stream=True is not supported")
         headers = self.session_headers(session_key)
 
         def build(history: list[Message]) -> Request:
@@ -263,16 +264,6 @@ def adapter_options(
         "context": context,
         "params": dict(params or {}),
     }
-
-
-def no_stream(params: dict[str, Any]) -> None:
-    """Take `stream` out of a call's parameters.
-
-    Raises:
-        ValueError: it asked for a stream (`complete()` returns whole responses).
-    """
-    if params.pop("stream", False):
-        raise ValueError("complete() returns whole responses; stream=True is not supported")
 
 
 def thinking_within(params: dict[str, Any], ceiling: int | None, minimum: int = 0) -> None:

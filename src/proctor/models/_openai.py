@@ -18,7 +18,7 @@ from typing import Any
 import openai
 import orjson
 
-from ._client import Reply, SdkAdapter, call_sdk, no_stream, thinking_within
+from ._client import Reply, SdkAdapter, call_sdk, thinking_within
 from ._content import data_url, is_image
 from ._types import Message, ToolSpec
 from ._wire import text_of
@@ -66,7 +66,6 @@ class ChatAdapter(_OpenAIAdapter):
         params: dict[str, Any],
     ) -> dict[str, Any]:
         """`POST /chat/completions` body."""
-        no_stream(params)
         self._session_params(session_key, params)
         if self.spec.provider == "fireworks" and "/routers/" in self.spec.model:
             params.pop("service_tier", None)  # a router id refuses one
@@ -157,7 +156,6 @@ class ResponsesAdapter(_OpenAIAdapter):
         params: dict[str, Any],
     ) -> dict[str, Any]:
         """`POST /responses` body."""
-        no_stream(params)
         self._session_params(session_key, params)
         if "max_tokens" in params:
             params.setdefault("max_output_tokens", params.pop("max_tokens"))
