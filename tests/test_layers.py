@@ -29,6 +29,7 @@ LAYERS = [
     "_uids",
     "_peer",
     "_tempdirs",
+    "_nofollow",
     "_reads",
     "_resource",
     "_loop",

@@ -26,10 +26,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .._errors import TemplateError
+from .._nofollow import DIR, descend
 
 __all__ = ["Snapshot", "Workspace"]
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CHUNK = 1 << 20
 _MAX_DEPTH = 128
@@ -172,16 +172,7 @@ class Workspace:
 def _open_root(root: str) -> int:
     """`root` opened component by component from `/`, no link followed (an agent that
     swapped a folder above the workspace for a link is refused, not followed)."""
-    fd = os.open("/", _DIR)
-    try:
-        for part in [p for p in root.split("/") if p]:
-            inner = os.open(part, _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return descend(os.open("/", DIR), [p for p in root.split("/") if p])
 
 
 class _Walk:
@@ -225,7 +216,7 @@ class _Walk:
             self.snap.entries[rel] = self._entry(fd, name, rel, st)
         if descend and depth + 1 < _MAX_DEPTH:
             try:
-                inner = os.open(name, _DIR, dir_fd=fd)
+                inner = os.open(name, DIR, dir_fd=fd)
             except OSError as exc:  # replaced by a link or a file since the stat
                 self.snap.error(f"{rel}: {exc.strerror or exc}")
                 return

@@ -14,9 +14,10 @@ import os
 import stat
 from typing import BinaryIO
 
+from .._nofollow import DIR, descend
+
 __all__ = ["open_inside", "stat_inside"]
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Non-blocking: a FIFO placed in the folder must not hang the open (it is refused next).
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -68,15 +69,7 @@ def _parent(root: str, names: tuple[str, ...]) -> int:
         if not name or name in (".", "..") or "/" in name or "\0" in name:
             raise _refused(root, names, f"{name!r} is not a plain name")
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in names[:-1]:
-            inner = _at(fd, name, _DIR, root, names)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return descend(fd, names[:-1], lambda parent, name: _at(parent, name, DIR, root, names))
 
 
 def _at(parent: int, name: str, flags: int, root: str, names: tuple[str, ...]) -> int:
