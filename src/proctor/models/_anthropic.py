@@ -73,11 +73,7 @@ class MessagesAdapter(SdkAdapter):
         return anthropic.AsyncAnthropic(base_url=self.spec.base_url.removesuffix("/v1"), **options)
 
     def body(
-        self,
-        messages: list[Message],
-        tools: Sequence[ToolSpec],
-        session_key: str | None,
-        params: dict[str, Any],
+        self, messages: list[Message], tools: Sequence[ToolSpec], params: dict[str, Any]
     ) -> dict[str, Any]:
         """`POST /v1/messages` body."""
         system, turns = anthropic_messages(messages)
@@ -93,14 +89,16 @@ class MessagesAdapter(SdkAdapter):
             body["system"] = system
         if tools:
             body["tools"] = [_tool(t) for t in tools]
-        if session_key is not None:
-            body["metadata"] = {"user_id": session_key}
         if self.cache_prompt:
             add_breakpoints(body)
         if self.server_compaction is not None:
             trigger = {"type": "input_tokens", "value": self.server_compaction}
             body["context_management"] = {"edits": [{"type": COMPACTION_EDIT, "trigger": trigger}]}
         return {**body, **params}
+
+    def session_params(self, session_key: str) -> dict[str, Any]:
+        """The session key as `metadata.user_id`."""
+        return {"metadata": {"user_id": session_key}}
 
     async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
         """One `messages.create` through the SDK (again without the compaction edit

@@ -52,11 +52,7 @@ class ConverseAdapter(SignedAdapter):
         return f"{base}/model/{quote(self.spec.model, safe='')}/converse"
 
     def body(
-        self,
-        messages: list[Message],
-        tools: Sequence[ToolSpec],
-        session_key: str | None,
-        params: dict[str, Any],
+        self, messages: list[Message], tools: Sequence[ToolSpec], params: dict[str, Any]
     ) -> dict[str, Any]:
         """The Converse request body (see `converse_body`)."""
 

@@ -101,13 +101,11 @@ class ProviderAdapter(AsyncResource):
 
     @abstractmethod
     def body(
-        self,
-        messages: list[Message],
-        tools: Sequence[ToolSpec],
-        session_key: str | None,
-        params: dict[str, Any],
+        self, messages: list[Message], tools: Sequence[ToolSpec], params: dict[str, Any]
     ) -> dict[str, Any]:
-        """The provider request body."""
+        """The provider request body, from the history, the tools and the call's
+        parameters (the session's among them: see `session_params`), a fresh dict it may
+        take from."""
 
     @abstractmethod
     async def send(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
@@ -119,6 +117,11 @@ class ProviderAdapter(AsyncResource):
 
     def session_headers(self, session_key: str | None) -> dict[str, str]:
         """Extra headers for a session key (none unless the API takes it as a header)."""
+        return {}
+
+    def session_params(self, session_key: str) -> dict[str, Any]:
+        """Request parameters for a session key (none unless the API takes it in the
+        body); the call's own parameters of the same names win."""
         return {}
 
     async def complete(
@@ -138,10 +141,13 @@ class ProviderAdapter(AsyncResource):
         merged = {**self.params, **params}
         if merged.pop("stream", False):
             raise ValueError("complete() returns whole responses; stream=True is not supported")
+        if session_key is not None:
+            for name, value in self.session_params(session_key).items():
+                merged.setdefault(name, value)
         headers = self.session_headers(session_key)
 
         def build(history: list[Message]) -> Request:
-            body = self.body(history, tools, session_key, dict(merged))
+            body = self.body(history, tools, dict(merged))
             return Request(history, body, len(orjson.dumps(body)))
 
         def fit(history: list[Message], ceiling: int | None) -> Request:

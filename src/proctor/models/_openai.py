@@ -48,9 +48,9 @@ class _OpenAIAdapter(SdkAdapter):
             return dict.fromkeys(_AFFINITY, session_key)
         return {"X-Session-Id": session_key}
 
-    def _session_params(self, session_key: str | None, params: dict[str, Any]) -> None:
-        if session_key is not None and self.spec.provider in _OPENAI:
-            params.setdefault("prompt_cache_key", session_key)
+    def session_params(self, session_key: str) -> dict[str, Any]:
+        """OpenAI's own APIs take the session key as `prompt_cache_key`."""
+        return {"prompt_cache_key": session_key} if self.spec.provider in _OPENAI else {}
 
 
 class ChatAdapter(_OpenAIAdapter):
@@ -59,14 +59,9 @@ class ChatAdapter(_OpenAIAdapter):
     api = "chat"
 
     def body(
-        self,
-        messages: list[Message],
-        tools: Sequence[ToolSpec],
-        session_key: str | None,
-        params: dict[str, Any],
+        self, messages: list[Message], tools: Sequence[ToolSpec], params: dict[str, Any]
     ) -> dict[str, Any]:
         """`POST /chat/completions` body."""
-        self._session_params(session_key, params)
         if self.spec.provider == "fireworks" and "/routers/" in self.spec.model:
             params.pop("service_tier", None)  # a router id refuses one
         ceiling = params.get("max_completion_tokens") or params.get("max_tokens")
@@ -149,14 +144,9 @@ class ResponsesAdapter(_OpenAIAdapter):
     api = "responses"
 
     def body(
-        self,
-        messages: list[Message],
-        tools: Sequence[ToolSpec],
-        session_key: str | None,
-        params: dict[str, Any],
+        self, messages: list[Message], tools: Sequence[ToolSpec], params: dict[str, Any]
     ) -> dict[str, Any]:
         """`POST /responses` body."""
-        self._session_params(session_key, params)
         if "max_tokens" in params:
             params.setdefault("max_output_tokens", params.pop("max_tokens"))
         body: dict[str, Any] = {"model": self.spec.model, "input": self.input_items(messages)}

@@ -32,18 +32,9 @@ class OpenRouterResponsesAdapter(ResponsesAdapter):
         super().__init__(*args, **kwargs)
         self.cache_prompt = cache_prompt
 
-    def body(
-        self,
-        messages: list[Message],
-        tools: Any,
-        session_key: str | None,
-        params: dict[str, Any],
-    ) -> dict[str, Any]:
-        """`POST /responses` body, with sticky routing and caching."""
-        body = super().body(messages, tools, session_key, params)
-        if session_key is not None:
-            body.setdefault("session_id", session_key)
-            body.setdefault("prompt_cache_key", session_key)
+    def body(self, messages: list[Message], tools: Any, params: dict[str, Any]) -> dict[str, Any]:
+        """`POST /responses` body, with automatic caching on Anthropic routes."""
+        body = super().body(messages, tools, params)
         if self.cache_prompt and self.spec.model.startswith("anthropic/"):
             body.setdefault("cache_control", dict(_AUTOMATIC))
         return body
@@ -51,6 +42,10 @@ class OpenRouterResponsesAdapter(ResponsesAdapter):
     def session_headers(self, session_key: str | None) -> dict[str, str]:
         """None: the body carries the session (it wins over OpenRouter's header anyway)."""
         return {}
+
+    def session_params(self, session_key: str) -> dict[str, Any]:
+        """The session key as `session_id` (sticky routing) and `prompt_cache_key`."""
+        return {"session_id": session_key, "prompt_cache_key": session_key}
 
     def input_items(self, messages: list[Message]) -> list[dict[str, Any]]:
         """See `openrouter_input`."""
