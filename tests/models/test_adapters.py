@@ -168,6 +168,14 @@ async def test_session_key_goes_where_each_provider_takes_it(
         assert "prompt_cache_key" not in seen.json
 
 
+async def test_the_callers_own_session_parameters_win(
+    api: str, fake: FakeModelServer, client: ProviderAdapter
+) -> None:
+    mine = {"metadata": {"user_id": "mine"}} if api == "messages" else {"prompt_cache_key": "mine"}
+    await client.complete(TASK, session_key="rollout-7", **mine)
+    assert {k: fake.requests[0].json[k] for k in mine} == mine
+
+
 async def test_openai_chat_sends_prompt_cache_key_and_prices_the_answer(
     fake: FakeModelServer,
 ) -> None:
