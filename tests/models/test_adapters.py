@@ -525,3 +525,11 @@ async def test_the_key_comes_from_the_environment(
 def test_garbage_model_strings_fail_before_any_sdk_loads() -> None:
     with pytest.raises(ValueError, match="not a model string"):
         model_client("gpt-4")
+
+
+def test_an_adapter_whose_body_takes_the_session_key_is_told_where_it_went() -> None:
+    with pytest.raises(TypeError, match=r"session_params\(session_key\)"):
+
+        class Old(ProviderAdapter):  # body() as it was before session_params()
+            def body(self, messages, tools, session_key, params):  # type: ignore[override]
+                return {}

@@ -3,6 +3,7 @@ byte ceilings and 413 compaction, parsing, usage and cost."""
 
 from __future__ import annotations
 
+import inspect
 import random
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -76,6 +77,15 @@ class ProviderAdapter(AsyncResource):
     """
 
     api: Api
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # For one minor release: body() took the session key before session_params().
+        super().__init_subclass__(**kwargs)
+        if "session_key" in inspect.signature(cls.body).parameters:
+            raise TypeError(
+                f"{cls.__qualname__}.body() takes (messages, tools, params) now: a session "
+                "key's fields in the body come from session_params(session_key)"
+            )
 
     def __init__(
         self,
