@@ -1,9 +1,12 @@
-"""A subprocess batch under a lease (`runtime.lease`): its servers outlive a killed
-runner for the grace, a resuming runner continues their rollouts, and nothing outlives
-the lease (nor the supervisor) by more than the grace.
+"""Subprocess and sandbox batches run under a lease by default (`runtime.lease`, 30 s):
+their servers outlive a killed runner for the grace, a resuming runner continues every
+rollout that was in flight, and nothing outlives the lease (nor the supervisor) by more
+than the grace.
 
-Each rollout's first model turn asks for a slow shell command (`sleep`); the runner is
-killed -9 while every rollout waits on it, with no model turn in flight.
+Each rollout's first model turn asks for a shell command that blocks until the test
+opens a gate (a file in a folder every server sees) and the runner is killed -9 once
+every rollout's checkpoint holds that call, with no model turn in flight; the gate opens
+before the resume, whose agents run the call again.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -22,14 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from proctor import BatchConfigError
-from proctor.batch import BatchConfig, list_rollouts, read_events
+from proctor.batch import BatchConfig, list_rollouts, read_events, read_rollout
+from proctor.batch._config_runtime import build_runtime
 from proctor.batch._lease import leased
 
 HERE = Path(__file__).parent
 PROCTOR = [sys.executable, "-m", "proctor.cli"]
-ROWS = 2
+ROWS = 4  # at concurrency 4: every rollout in flight at the kill
 KEY = "sk-lease-test-key-0123456789"
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,14 +45,18 @@ MODEL = textwrap.dedent(
     from proctor.testing import FakeModelServer, Reply
 
     log = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    COMMANDS = {
+        "block": "while [ ! -e {gate}/open ]; do sleep 0.05; done; echo ran",
+        "sleep": "sleep 120",
+    }
 
     async def policy(request):
         messages = (request.json or {}).get("messages") or []
-        if messages and messages[-1].get("role") == "tool":
-            n = re.search(r"job (\\d+)", str(messages[0].get("content")))
-            return f"done-{n[1] if n else '?'}"
+        n = re.search(r"job (\\d+)", str(messages[0].get("content")))[1]
+        if messages[-1].get("role") == "tool":
+            return f"done-{n}"
         os.write(log, b"asked\\n")
-        return Reply.tool("shell", command="sleep 8; echo ran")
+        return Reply.tool("shell", command=COMMANDS[sys.argv[2]].format(gate=sys.argv[3]))
 
     async def serve():
         stop = asyncio.Event()
@@ -64,28 +74,43 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONUNBUFFERED": "1"}
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def _model(tmp_path: Path, command: str) -> Iterator[dict[str, Any]]:
     script = tmp_path / "model.py"
     script.write_text(MODEL)
     log = tmp_path / "asked.log"
-    proc = subprocess.Popen([sys.executable, str(script), str(log)], stdout=subprocess.PIPE,
-                            text=True, env=_env())  # fmt: skip
+    # not under /tmp, which a server has its own of; open to the servers' own uids
+    gate = Path(tempfile.mkdtemp(prefix="proctor-lease-gate-", dir="/var/tmp"))
+    gate.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, str(script), str(log), command, str(gate)],
+                            stdout=subprocess.PIPE, text=True, env=_env())  # fmt: skip
     assert proc.stdout is not None
     line = proc.stdout.readline()
     try:
-        yield {"url": json.loads(line)["url"], "log": log}
+        yield {"url": json.loads(line)["url"], "log": log, "gate": gate}
     finally:
         proc.terminate()
         proc.wait(10)
         proc.stdout.close()
+        shutil.rmtree(gate)
 
 
-def _config(tmp_path: Path, model: dict[str, Any], lease: float, kind: str) -> Path:
-    rows = [
-        {"env": "crashy", "id": "job", "args": {"n": i}, "slug": f"job-{i}"} for i in range(ROWS)
-    ]
-    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+@pytest.fixture
+def model(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A model whose command blocks until `gate/open` exists."""
+    yield from _model(tmp_path, "block")
+
+
+@pytest.fixture
+def sleepy(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A model whose command blocks every time."""
+    yield from _model(tmp_path, "sleep")
+
+
+def _config(
+    tmp_path: Path, model: dict[str, Any], runtime: dict[str, Any], rows: int = ROWS
+) -> Path:
+    lines = [{"env": "crashy", "id": "job", "args": {"n": i}} for i in range(rows)]
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     config = {
         "name": "lease",
         "taskset": {"source": "tasks.jsonl", "env_source": str(HERE / "crash_env.py")},
@@ -97,10 +122,10 @@ def _config(tmp_path: Path, model: dict[str, Any], lease: float, kind: str) -> P
                 "max_steps": 4,
             }
         ],
-        "runtime": {"kind": kind, "lease": lease},
-        "max_concurrent": ROWS,
-        "expected_rollouts": ROWS,
-        "timeouts": {"rollout": 120},
+        "runtime": runtime,
+        "max_concurrent": rows,
+        "expected_rollouts": rows,
+        "timeouts": {"rollout": 240},
     }
     path = tmp_path / "batch.json"
     path.write_text(json.dumps(config))
@@ -134,43 +159,60 @@ def _supervisor(out: Path) -> int:
     raise AssertionError("no supervisor")
 
 
-def _until(what: str, check: Any, deadline: float = 60.0) -> Any:
+def _until(what: str, check: Any, deadline: float = 120.0) -> Any:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         value = check()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise AssertionError(f"{what} within {deadline:g}s")
 
 
+def _waiting_on_their_command(out: Path, rows: int) -> bool:
+    """Every rollout's checkpoint holds its model's tool call, none a turn in flight."""
+    found = 0
+    for path in out.glob("rollouts/*/checkpoint.json"):
+        with contextlib.suppress(OSError, ValueError):
+            found += bool(json.loads(path.read_text()).get("pending"))
+    return found == rows
+
+
 def _killed_mid_agent(
-    tmp_path: Path, model: dict[str, Any], lease: float, kind: str = "subprocess"
+    tmp_path: Path, model: dict[str, Any], runtime: dict[str, Any], rows: int = ROWS
 ) -> tuple[Path, str]:
-    """Start the batch, kill -9 its runner while every rollout runs its slow command."""
-    config = _config(tmp_path, model, lease, kind)
+    """Start the batch; kill -9 its runner once every rollout runs its command."""
+    config = _config(tmp_path, model, runtime, rows)
     out = tmp_path / "out"
     argv = [*PROCTOR, "batch", str(config), "--execute", "--output-dir", str(out)]
     runner = subprocess.Popen([*argv, "--skip-model-check", "--quiet"], env=_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    log: Path = model["log"]
-    _until("every rollout asked for its command",
-           lambda: log.exists() and log.read_text().count("asked") >= ROWS)  # fmt: skip
-    time.sleep(1.0)  # the turn's answer reached the agent, its checkpoint saved
-    runner.kill()
-    runner.wait()
+    try:
+        _until("every rollout waits on its command", lambda: _waiting_on_their_command(out, rows))
+    finally:
+        runner.kill()
+        runner.wait()
     batch_id = json.loads((out / "batch.json").read_text())["batch_id"]
     return out, batch_id
 
 
+def _resume(out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PROCTOR, "batch", "--resume", str(out), "--quiet"], env=_env(),
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["subprocess", "sandbox"])
-def test_resume_within_the_grace_continues_every_rollout(
+def test_a_resume_continues_every_rollout_in_flight_at_a_kill(
     tmp_path: Path, model: dict[str, Any], kind: str
 ) -> None:
-    out, batch_id = _killed_mid_agent(tmp_path, model, lease=60, kind=kind)
+    """The issue's check: kill -9 at concurrency 4, every rollout in flight; by default
+    (no `lease` in the config) the resume continues them all, none `interrupted`."""
+    runtime = {"kind": kind, "binds": [str(model["gate"])]} if kind == "sandbox" else {"kind": kind}
+    out, batch_id = _killed_mid_agent(tmp_path, model, runtime)
     assert _labelled(batch_id)  # the servers outlive the runner, under the lease
-    resume = subprocess.run([*PROCTOR, "batch", "--resume", str(out), "--quiet"], env=_env(),
-                            capture_output=True, text=True, timeout=180)  # fmt: skip
+    (model["gate"] / "open").touch()
+    resume = _resume(out)
     assert resume.returncode == 0, resume.stderr
     rows = list_rollouts(out, limit=None)
     assert [(r["status"], r["reward"]) for r in rows] == [("completed", 1.0)] * ROWS
@@ -178,20 +220,55 @@ def test_resume_within_the_grace_continues_every_rollout(
     assert len(continued) == ROWS
     assert model["log"].read_text().count("asked") == ROWS  # no first turn asked twice
     _until("the batch's processes gone", lambda: not _labelled(batch_id), 30)
-
-
-def test_nothing_outlives_a_lapsed_lease_nor_the_supervisor(
-    tmp_path: Path, model: dict[str, Any]
-) -> None:
-    out, batch_id = _killed_mid_agent(tmp_path, model, lease=4)
-    assert _labelled(batch_id)
-    assert (out / "supervisor.sock").stat().st_mode & 0o777 == 0o600  # its uid's alone
-    _until("the lease lapsed and everything stopped", lambda: not _labelled(batch_id), 60)
     assert not (out / "supervisor.sock").exists()
 
 
-def test_the_servers_die_with_their_supervisor(tmp_path: Path, model: dict[str, Any]) -> None:
-    out, batch_id = _killed_mid_agent(tmp_path, model, lease=60)
+@pytest.mark.slow
+def test_nothing_outlives_a_lapsed_lease_and_a_late_resume_says_why(
+    tmp_path: Path, model: dict[str, Any]
+) -> None:
+    out, batch_id = _killed_mid_agent(tmp_path, model, {"kind": "subprocess", "lease": 1}, 2)
+    assert (out / "supervisor.sock").stat().st_mode & 0o777 == 0o600  # its uid's alone
+    _until("the lease lapsed and everything stopped", lambda: not _labelled(batch_id), 60)
+    assert not (out / "supervisor.sock").exists()
+    resume = _resume(out)  # its servers are gone: recorded at once, not after connecting
+    assert resume.returncode == 1, resume.stderr
+    for row in list_rollouts(out, limit=None):
+        error = read_rollout(out, row["id"])["record"]["error"]
+        assert row["status"] == "interrupted" and error["type"] == "SubstrateLost", row
+        assert "its server is gone: it died, or the lease (runtime.lease = 1 s)" in error["message"]
+    _until("the resume's supervisor gone", lambda: not _labelled(batch_id), 30)
+
+
+@pytest.mark.slow
+def test_an_adopted_server_that_dies_fails_its_rollout_at_once_saying_why(
+    tmp_path: Path, sleepy: dict[str, Any]
+) -> None:
+    out, batch_id = _killed_mid_agent(tmp_path, sleepy, {"kind": "subprocess"}, 1)
+    supervisor = _supervisor(out)
+    argv = [*PROCTOR, "batch", "--resume", str(out), "--quiet"]
+    resume = subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        _until("the rollout continued", lambda: "continued" in (out / "events.jsonl").read_text())
+        for pid in set(_labelled(batch_id)) - {supervisor}:  # the server and its command
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _, err = resume.communicate(timeout=240)
+    finally:
+        resume.kill()
+        resume.wait()
+    assert resume.returncode == 1, err
+    (row,) = list_rollouts(out, limit=None)
+    error = read_rollout(out, row["id"])["record"]["error"]
+    # the supervisor's word on how it died, not only a dropped connection (nor a deadline)
+    assert (row["status"], error["phase"], error["type"]) == ("failed", "agent", "SubstrateLost")
+    assert "killed by SIGKILL" in error["message"], error
+    _until("the batch's processes gone", lambda: not _labelled(batch_id), 30)
+
+
+@pytest.mark.slow
+def test_the_servers_die_with_their_supervisor(tmp_path: Path, sleepy: dict[str, Any]) -> None:
+    out, batch_id = _killed_mid_agent(tmp_path, sleepy, {"kind": "subprocess"}, 2)
     supervisor = _supervisor(out)
     servers = set(_labelled(batch_id)) - {supervisor}
     assert servers  # its servers, alive
@@ -220,16 +297,64 @@ def _send_raw(path: Path, data: bytes) -> None:
         os.close(folder)
 
 
-def test_a_harness_placed_in_the_substrate_is_refused_a_lease(tmp_path: Path) -> None:
-    agent = {"kind": "command", "argv": ["h"], "model": "openai/m", "placement": "substrate"}
-    config = BatchConfig.model_validate(
-        {
-            "taskset": {"source": "tasks.jsonl"},
-            "agents": [agent],
-            "runtime": {"kind": "sandbox", "lease": 5},
-            "max_concurrent": 1,
-            "expected_rollouts": 1,
-        }
-    )
-    with pytest.raises(BatchConfigError, match=r"agents\[0\]\.placement: a harness placed"):
-        leased(config, "b", str(tmp_path), str(tmp_path / "log"))
+# -- when a batch has no lease ------------------------------------------------------------
+
+
+def _batch(runtime: dict[str, Any] | None = None, **fields: Any) -> BatchConfig:
+    doc: dict[str, Any] = {
+        "name": "old",
+        "taskset": {"source": "tasks.jsonl", "env_source": "env.py"},
+        "agents": [{"kind": "python", "agent": "a.py:f"}],
+        "max_concurrent": 4,
+        "expected_rollouts": 4,
+        **fields,
+    }
+    if runtime is not None:
+        doc["runtime"] = runtime
+    return BatchConfig.model_validate(doc)
+
+
+def _leased(config: BatchConfig, tmp_path: Path) -> Any:
+    runtime = build_runtime(config, batch="b", log=os.devnull)
+    return leased(config, runtime, "b", str(tmp_path), os.devnull)
+
+
+def test_the_lease_is_the_default_and_lease_0_turns_it_off(tmp_path: Path) -> None:
+    for runtime in ({"kind": "subprocess"}, {"kind": "sandbox"}, None):  # None: the default
+        config = _batch(runtime)
+        assert config.runtime.lease == 30  # type: ignore[union-attr]
+        assert _leased(config, tmp_path).grace == 30
+        assert _leased(_batch({"kind": config.runtime.kind, "lease": 0}), tmp_path) is None
+    with pytest.raises(ValidationError, match=r"lease takes seconds \(0 turns it off\)"):
+        _batch({"kind": "subprocess", "lease": False})
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        _batch({"kind": "sandbox", "lease": -1})
+
+
+def test_a_batch_recorded_before_the_default_resumes_as_recorded(tmp_path: Path) -> None:
+    """Its batch.json says `"lease": null`: the same digest as then (and as its config
+    file, which now reads as the default), and no lease on resume, as when it ran."""
+    before = {  # digests of these configs as batches recorded them before the lease
+        "subprocess": "008e30b2b0a7211c7018e2cabdb2c44781979ae94d5ffbfaf2a3bbb328f17782",
+        "sandbox": "b44944c2097a5d4bf22900694f19d8d77f9a539fec3dbec0106567dd7a43258b",
+    }
+    for kind, digest in before.items():
+        file = _batch({"kind": kind})  # the config file, unchanged, read today
+        recorded = file.model_dump(mode="json")
+        recorded["runtime"]["lease"] = None  # as batch.json holds it
+        old = BatchConfig.model_validate(recorded)
+        assert file.digest() == old.digest() == digest
+        assert _leased(old, tmp_path) is None
+    assert _batch().digest() == before["sandbox"]  # no [runtime] at all
+
+
+def test_no_lease_where_it_cannot_apply(tmp_path: Path) -> None:
+    """A harness placed in the substrate (the supervisor hands out servers, not ways
+    into their sandboxes) and a Ray executor (its shards build their own runtime)."""
+    placed = {"kind": "command", "argv": ["h"], "model": "openai/m", "placement": "substrate"}
+    config = _batch({"kind": "sandbox", "lease": 60}, agents=[placed])
+    assert _leased(config, tmp_path) is None
+    ray = _batch({"kind": "subprocess"}, executor={"kind": "ray", "address": "127.0.0.1:1"})
+    assert _leased(ray, tmp_path) is None
+    plain = _leased(_batch({"kind": "subprocess"}), tmp_path)
+    assert repr(plain).startswith("LeasedRuntime(SubprocessRuntime(")

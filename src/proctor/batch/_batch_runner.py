@@ -20,6 +20,7 @@ from typing import IO, Any, Protocol
 
 import orjson
 
+from .._errors import SubstrateLost
 from .._tempdirs import owner
 from ..store import BatchStore, list_rollouts, read_rollout, recorded_cost
 from ._agent_output import Printed, captured, routed_stdout
@@ -124,6 +125,8 @@ class Runner:
             stack = AsyncExitStack()
             try:
                 await setup.open(stack)
+                if self.mode == "resume":  # work is a list there
+                    setup.claim({self._target(adopted) for _, _, adopted in work if adopted})
                 await self._view(stack, view)
                 tally.begin()
                 with routed_stdout():
@@ -264,6 +267,11 @@ class Runner:
         adopt = None
         if adopted is not None:
             adopt = self._adoption(run, recording, adopted)
+            gone = setup.gone(adopt.target)
+            if gone is not None:  # recorded at once, not after a minute of connecting
+                run.fail("connecting", SubstrateLost("connecting", gone))
+                self._finished(a, run, recording, adopted=True)
+                return
             self.store.event("continued", id=a.rollout_id, attempt=attempt)
         else:
             self.tally.move("queued", "starting")
@@ -321,16 +329,22 @@ class Runner:
         recording.resume_turns()
         self.tally.move("queued", "running")
         recording.state = "running"
-        target = session.get("target") or self.config.runtime.url  # type: ignore[union-attr]
+        target = self._target(adopted)
         return Adoption(
             target=target,
             token=self.setup.server_token(target),
             release=self.setup.release(target),
+            died=self.setup.death(target),
             session_id=session["session_id"],
             resume_token=session["resume_token"],
             prompt=session.get("prompt"),
             start_result=session.get("start_result") or {},
         )
+
+    def _target(self, adopted: dict[str, Any]) -> str:
+        """Where the substrate of a rollout to continue serves."""
+        target = adopted["session"].get("target") or self.config.runtime.url  # type: ignore[union-attr]
+        return str(target)
 
     def _finished(self, a: Assignment, run: Any, recording: Recording, adopted: bool) -> None:
         status = "completed" if run.status == "completed" else "failed"

@@ -32,6 +32,7 @@ from ._config_computer import ComputerAgentEntry, FrameConfig
 from ._config_ids import _MAX_ID, Assignment, _clean, rollout_id
 from ._config_model import PlacementFields, model_name, model_string
 from ._config_substrates import (
+    LEASE,
     ComposeRuntimeConfig,
     ContainerRuntimeConfig,
     LocalRuntimeConfig,
@@ -452,7 +453,7 @@ def _drop_new_defaults(doc: dict[str, Any]) -> None:
         doc["taskset"].pop("limit", None)
     if doc["runtime"].get("kind") == "local" and not doc["runtime"].get("trusted"):
         doc["runtime"].pop("trusted", None)
-    if doc["runtime"].get("kind") in _LEASED and doc["runtime"].get("lease") is None:
-        doc["runtime"].pop("lease", None)
+    if doc["runtime"].get("kind") in _LEASED and doc["runtime"].get("lease") in (None, LEASE):
+        doc["runtime"].pop("lease", None)  # recorded before the lease (None), or its default
     if doc["executor"].get("kind") == "ray" and doc["executor"].get("concurrency") is None:
         doc["executor"]["concurrency"] = 32  # the default it had, which it meant

@@ -7,9 +7,10 @@ import re
 import shutil
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 __all__ = [
+    "LEASE",
     "ComposeRuntimeConfig",
     "ContainerRuntimeConfig",
     "LocalRuntimeConfig",
@@ -27,6 +28,21 @@ __all__ = [
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CRED|AUTH", re.I)
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+LEASE = 30.0
+"""The default `lease` of subprocess and sandbox batches: seconds their servers outlive
+a runner that died."""
+
+
+def _lease_seconds(value: Any) -> Any:
+    if isinstance(value, bool):  # `true` would be a 1 s grace, `false` a 0.0 float
+        raise ValueError("lease takes seconds (0 turns it off), not true or false")
+    return value
+
+
+Lease = Annotated[Seconds | None, BeforeValidator(_lease_seconds)]
+"""Seconds, 0 for no lease; None (a batch recorded before the lease was the default)
+also means none."""
 
 
 class _Model(BaseModel):
@@ -69,9 +85,10 @@ class SubprocessRuntimeConfig(_Launch):
     command: list[str] | None = None
     """A full command instead of `python -m proctor.serve SOURCE` (not with `warm`)."""
     cwd: str | None = None
-    lease: Seconds | None = None
+    lease: Lease = LEASE
     """Keep the servers alive under a lease supervisor, for this many seconds after the
-    runner dies, so `--resume` continues their in-flight rollouts (`batch._lease`)."""
+    runner dies, so `--resume` continues their in-flight rollouts (`batch._lease`);
+    0 turns it off."""
 
     _env = field_validator("env")(_no_secret_names)
 
@@ -88,8 +105,8 @@ class SandboxRuntimeConfig(_Launch):
     writable: list[str] = Field(default_factory=list)
     bwrap: str = "bwrap"
     """The bubblewrap executable."""
-    lease: Seconds | None = None
-    """As `SubprocessRuntimeConfig.lease` (not with a harness placed in the substrate)."""
+    lease: Lease = LEASE
+    """As `SubprocessRuntimeConfig.lease` (unused with a harness placed in the substrate)."""
     limits: dict[str, Any] = Field(default_factory=dict)
     """Over `SandboxRuntime`'s defaults: `memory`, `processes`, `file_size`, `tmpfs`,
     `cpu_time`, `wall_time` (None lifts one); a task's `runtime_config` overrides."""

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -22,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._errors import BatchConfigError, RuntimeLaunchError, TeardownError
+from .._errors import RuntimeLaunchError, TeardownError
 from .._resource import AsyncResource
 from ..runtimes import Endpoint, Runtime
-from ._config import ConfigProblem
 from ._supervisor import READY, SOCKET
 
 if TYPE_CHECKING:
@@ -43,18 +43,22 @@ class LeasedRuntime(Runtime, AsyncResource):
 
     Args:
         out: the batch's folder (the supervisor's socket is there).
-        spec: what the supervisor builds its runtime from: `config`, `config_file`,
-            `batch`, `log`.
+        runtime: the batch's runtime, not yet entered: the supervisor serves with a
+            copy of it (pickled to it on its stdin, so it imports no batch config).
         grace: seconds the servers outlive a runner that died, and the supervisor a
             lease nobody holds.
         env: the supervisor's environment (its batch label, for `reconcile`).
+        log: the file the supervisor's output is appended to (the servers' log).
     """
 
-    def __init__(self, out: str, spec: dict[str, Any], grace: float, env: dict[str, str]) -> None:
+    def __init__(
+        self, out: str, runtime: Runtime, grace: float, env: dict[str, str], log: str | None
+    ) -> None:
         self.out = out
-        self.spec = spec
+        self.runtime = runtime
         self.grace = grace
         self.env = env
+        self.log = log
         self.orphans: dict[str, str | None] = {}
         """The servers a dead runner left: url -> token (`token_for`)."""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -66,7 +70,7 @@ class LeasedRuntime(Runtime, AsyncResource):
         self._listen: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
-        return f"LeasedRuntime({self.spec['config']['runtime']['kind']}, grace={self.grace:g})"
+        return f"LeasedRuntime({self.runtime!r}, grace={self.grace:g})"
 
     def __call__(self, task: Task) -> AbstractAsyncContextManager[Endpoint]:
         return self._endpoint(task)
@@ -92,14 +96,14 @@ class LeasedRuntime(Runtime, AsyncResource):
 
     def _spawn(self) -> None:
         argv = [sys.executable, "-m", "proctor.batch._supervisor", self.out, str(self.grace)]
-        log = self.spec.get("log")
+        log = self.log
         with open(log or os.devnull, "ab") as err:
             proc = self._proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                 env=self.env, start_new_session=True,
             )  # fmt: skip
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(orjson.dumps(self.spec))
+        proc.stdin.write(pickle.dumps(self.runtime))  # its own child: no trust boundary
         proc.stdin.close()
         line = proc.stdout.readline().strip()
         proc.stdout.close()
@@ -108,13 +112,31 @@ class LeasedRuntime(Runtime, AsyncResource):
             proc.wait()
             raise RuntimeLaunchError(f"the lease supervisor did not start (see {log})")
 
+    def claim(self, urls: set[str]) -> None:
+        """Adopt the servers a dead runner left at `urls` (their rollouts continue,
+        however long they wait for a slot) and stop the others now (theirs do not)."""
+        for url in self.orphans:
+            self._send({"op": "adopt" if url in urls else "stop", "url": url})
+
     def token_for(self, url: str) -> str | None:
-        """The token of a server a dead runner left, now adopted by this runner."""
-        self._send({"op": "adopt", "url": url})
+        """The token of a server a dead runner left (`claim`ed by this runner)."""
         return self.orphans.get(url)
+
+    def died(self, url: str) -> asyncio.Future[str]:
+        """Resolves with the cause if the adopted server at `url` dies (or the
+        supervisor does), as a fresh one's `Endpoint.died`."""
+        died = self._died.get(url)
+        if died is None:
+            died = self._died[url] = asyncio.get_running_loop().create_future()
+            if self._listen is None or self._listen.done():
+                died.set_result(_GONE)
+        return died
 
     async def release(self, url: str) -> None:
         """Stop an adopted server."""
+        died = self._died.pop(url, None)
+        if died is not None and not died.done():
+            died.cancel()
         await self._stop(url)
 
     async def aclose(self) -> None:
@@ -193,31 +215,28 @@ class LeasedRuntime(Runtime, AsyncResource):
                     died.set_result(_GONE)
 
 
-def leased(config: BatchConfig, batch: str, out: str, log: str) -> LeasedRuntime | None:
-    """The runtime under a lease, if the config asks for one (`runtime.lease`) and the
-    runner serves its rollouts itself (a Ray executor's shards build their own).
-
-    Raises:
-        BatchConfigError: an agent's harness is placed in the substrate (the leased
-            runtime hands out servers, not ways into their sandboxes).
-    """
+def leased(
+    config: BatchConfig, runtime: Runtime, batch: str, out: str, log: str
+) -> LeasedRuntime | None:
+    """The runtime under a lease, unless the config turns it off (`runtime.lease = 0`)
+    or it cannot apply: a Ray executor's shards build their own runtime, and a harness
+    placed in the substrate needs a way into its sandbox, which the supervisor does not
+    hand out: such a batch runs without one (docs/batch.md, "Servers under a lease")."""
     from .._environ import allowed_environ
     from ._reconcile import BATCH_ENV
 
     grace = getattr(config.runtime, "lease", None)
-    if grace is None or config.executor.kind == "ray":
+    if not grace or config.executor.kind == "ray" or _placed(config):
         return None
-    for i, entry in enumerate(config.agents):
-        if entry.enabled and getattr(entry, "placement", None) == "substrate":
-            why = "a harness placed in the substrate cannot be served under a lease"
-            raise BatchConfigError([ConfigProblem(path=f"agents[{i}].placement", message=why)])
-    spec = {
-        "config": config.model_dump(mode="json"),
-        "config_file": None if config.path is None else str(config.path.resolve()),
-        "batch": batch,
-        "log": log,
-    }
-    return LeasedRuntime(out, spec, grace, {**allowed_environ(()), BATCH_ENV: batch})
+    return LeasedRuntime(out, runtime, grace, {**allowed_environ(()), BATCH_ENV: batch}, log)
+
+
+def _placed(config: BatchConfig) -> bool:
+    """Whether an enabled agent's harness is placed in the substrate."""
+    return any(
+        entry.enabled and getattr(entry, "placement", None) == "substrate"
+        for entry in config.agents
+    )
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import re
@@ -85,7 +86,7 @@ class Setup:
         }
         log = os.path.join(out, "environment.log")
         runtime = build_runtime(config, batch=batch_id, log=log)
-        runtime = leased(config, batch_id, out, log) or runtime
+        runtime = leased(config, runtime, batch_id, out, log) or runtime
         tasks = _tasks(config)
         if config.repeats >= 2:
             _load_environment(config, {task.env for task in tasks.values()})
@@ -139,6 +140,27 @@ class Setup:
             return None
         runtime: Any = self.runtime
         return functools.partial(runtime.release, target)
+
+    def claim(self, targets: set[str]) -> None:
+        """Keep the servers a dead runner left at `targets` for their rollouts to
+        continue, and stop the others (under a lease; elsewhere nothing holds them)."""
+        if isinstance(self.runtime, LeasedRuntime):
+            self.runtime.claim(targets)
+
+    def death(self, target: str) -> asyncio.Future[str] | None:
+        """What resolves with the cause if an adopted rollout's server dies (a leased
+        one: the supervisor tells), if anything tells."""
+        if isinstance(self.runtime, LeasedRuntime):
+            return self.runtime.died(target)
+        return None
+
+    def gone(self, target: str) -> str | None:
+        """Why the server at `target` a dead runner left cannot be adopted, if it
+        cannot: under a lease, one the supervisor no longer holds."""
+        if isinstance(self.runtime, LeasedRuntime) and target not in self.runtime.orphans:
+            grace = f"runtime.lease = {self.runtime.grace:g} s"
+            return f"its server is gone: it died, or the lease ({grace}) lapsed before this resume"
+        return None
 
     def server_token(self, target: str | None = None) -> str | None:
         """The token of a server served elsewhere (from its variable), or of the

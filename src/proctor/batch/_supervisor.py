@@ -1,8 +1,9 @@
 """The lease supervisor: a batch's environment servers that outlive its runner, for a while.
 
-`python -m proctor.batch._supervisor SOCKET GRACE` reads the batch's runtime spec (its
-config, config file, batch id and log) on stdin, builds the runtime, listens on the Unix
-socket `SOCKET` (mode 0600; only its own uid may talk to it) and prints `READY`. A
+`python -m proctor.batch._supervisor OUT GRACE` reads the batch's runtime (pickled by
+the runner that starts it, not yet entered) on stdin, enters it, listens on the Unix
+socket `OUT/supervisor.sock` (mode 0600; only its own uid may talk to it) and prints
+`READY`. A
 runner holds the lease while it keeps a connection open; over it, it asks for a server
 per rollout (`start`), stops it (`stop`), and hears when one dies (`died`). When the
 connection closes without `close` (the runner was killed), its servers are kept for
@@ -20,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import socket
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -191,14 +192,7 @@ class _Supervisor:
 
 async def main(out: str, grace: float) -> None:
     """Serve the lease in the folder `out` until it lapses or a runner closes it."""
-    from ._config import BatchConfig
-    from ._config_runtime import build_runtime
-
-    spec = orjson.loads(sys.stdin.buffer.read())
-    config = BatchConfig.model_validate(spec["config"])
-    if spec.get("config_file"):
-        config._path = Path(spec["config_file"])
-    runtime: Any = build_runtime(config, batch=spec["batch"], log=spec.get("log"))
+    runtime: Any = pickle.loads(sys.stdin.buffer.read())  # from the runner, its parent
     supervisor = _Supervisor(runtime, grace)
     dirfd = os.open(out, os.O_PATH)
     path = f"/proc/self/fd/{dirfd}/{SOCKET}"  # short, whatever the folder's length
@@ -227,3 +221,5 @@ async def main(out: str, grace: float) -> None:
 
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+    sys.stderr.flush()
+    os._exit(0)  # all stopped: skip the interpreter's teardown, which the runner waits on
