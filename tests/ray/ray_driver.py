@@ -23,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners, loopback_up
+from ray_lease import lease_lapses, lease_resume, lease_supervisor_killed
 
 from proctor import Task, Taskset
 from proctor.agents import Run
@@ -470,6 +471,21 @@ async def batch_bound_across_agents(ctx: Context) -> dict[str, Any]:
     return {"counts": result.counts, "peak": peak, "stopped": result.stopped}
 
 
+async def batch_lease_resume(ctx: Context) -> dict[str, Any]:
+    """A Ray-runtime batch killed -9 under a lease: `--resume` continues its rollouts."""
+    return await lease_resume(ctx, ENV_SOURCE)
+
+
+async def batch_lease_lapses(ctx: Context) -> dict[str, Any]:
+    """A Ray-runtime batch killed -9 and never resumed: its actors go with the lease."""
+    return await lease_lapses(ctx, ENV_SOURCE)
+
+
+async def batch_lease_supervisor_killed(ctx: Context) -> dict[str, Any]:
+    """A Ray-runtime batch's supervisor killed -9: its actors die with its Ray job."""
+    return await lease_supervisor_killed(ctx, ENV_SOURCE)
+
+
 SCENARIOS: list[Scenario] = [
     cluster_up,
     token_required,
@@ -486,6 +502,9 @@ SCENARIOS: list[Scenario] = [
     reconcile_kills_batch_actors,
     batch_on_ray,
     batch_bound_across_agents,
+    batch_lease_resume,
+    batch_lease_lapses,
+    batch_lease_supervisor_killed,
     worker_node_dies,  # last: the cluster has one node after it
 ]
 

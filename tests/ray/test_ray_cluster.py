@@ -253,3 +253,27 @@ def test_a_batch_bound_holds_across_its_agents(results: dict[str, Any]) -> None:
     outcome = scenario(results, "batch_bound_across_agents")
     assert outcome["counts"] == {"completed": 8}, outcome
     assert outcome["peak"] == 2, outcome
+
+
+def test_a_ray_batch_resumed_within_its_lease_continues_every_rollout(
+    results: dict[str, Any],
+) -> None:
+    # Its actors were the runner's own: a kill -9 took them, and both were interrupted.
+    outcome = scenario(results, "batch_lease_resume")
+    assert len(outcome["kept"]) == 2, outcome  # outlived the runner, under the lease
+    assert outcome["resume_rc"] == 0, outcome["resume_err"]
+    assert outcome["rows"] == [["completed", 1.0]] * 2 and outcome["continued"] == 2
+    assert outcome["left"] == []
+
+
+def test_nothing_of_a_ray_batch_outlives_its_lapsed_lease(results: dict[str, Any]) -> None:
+    outcome = scenario(results, "batch_lease_lapses")
+    assert len(outcome["kept"]) == 2, outcome
+    assert outcome["gone_after"] is not None and outcome["left"] == []
+    assert not outcome["socket_left"]
+
+
+def test_a_ray_batchs_actors_die_with_its_lease_supervisor(results: dict[str, Any]) -> None:
+    outcome = scenario(results, "batch_lease_supervisor_killed")
+    assert len(outcome["kept"]) == 2, outcome
+    assert outcome["gone_after"] is not None, outcome

@@ -439,7 +439,7 @@ class BatchConfig(_Model):
                     )
 
 
-_LEASED = ("subprocess", "sandbox")  # the runtimes with a `lease`
+_LEASED = ("subprocess", "sandbox", "ray")  # the runtimes with a `lease`
 
 
 def _drop_new_defaults(doc: dict[str, Any]) -> None:

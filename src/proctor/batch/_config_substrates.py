@@ -179,6 +179,9 @@ class RayRuntimeConfig(_Launch):
     address: str | None = None
     """`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup."""
     resources: dict[str, Any] = Field(default_factory=dict)
+    lease: Lease = LEASE
+    """As `SubprocessRuntimeConfig.lease`: the actors belong to the lease supervisor (a
+    Ray driver of its own), so they die with it, at the latest when the lease lapses."""
 
 
 class UrlRuntimeConfig(_Model):

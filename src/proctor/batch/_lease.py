@@ -228,7 +228,10 @@ def leased(
     grace = getattr(config.runtime, "lease", None)
     if not grace or config.executor.kind == "ray" or _placed(config):
         return None
-    return LeasedRuntime(out, runtime, grace, {**allowed_environ(()), BATCH_ENV: batch}, log)
+    env = {**allowed_environ(()), BATCH_ENV: batch}
+    if config.runtime.kind == "ray":  # the supervisor is a Ray driver: address, auth token
+        env.update((k, v) for k, v in os.environ.items() if k.startswith("RAY_"))
+    return LeasedRuntime(out, runtime, grace, env, log)
 
 
 def _placed(config: BatchConfig) -> bool:
