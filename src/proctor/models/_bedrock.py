@@ -55,7 +55,6 @@ class ConverseAdapter(SignedAdapter):
         self, messages: list[Message], tools: Sequence[ToolSpec], params: dict[str, Any]
     ) -> dict[str, Any]:
         """The Converse request body (see `converse_body`)."""
-
         return converse_body(messages, tools, params, cache=self.cache_prompt)
 
     def _classify(self, reply: Reply, require_tool_call: bool) -> Outcome:

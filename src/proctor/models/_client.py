@@ -1,5 +1,5 @@
-"""What every provider adapter shares: the retry loop, request
-byte ceilings and 413 compaction, parsing, usage and cost."""
+"""What every provider adapter shares: the retry loop, request byte ceilings and 413
+compaction, parsing, usage and cost; and what the SDK adapters share (`SdkAdapter`)."""
 
 from __future__ import annotations
 
