@@ -162,4 +162,4 @@ async def test_a_batch_places_the_example_harness_in_each_project_s_main(
     assert len(fake.requests) == 3
     said = [r.messages[-1]["content"] for r in fake.requests]
     assert all("The db service reports a stock of" in text for text in said)
-    assert _labelled("ps -a", result.batch_id) == []
+    assert result.batch_id is not None and _labelled("ps -a", result.batch_id) == []

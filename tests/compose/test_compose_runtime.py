@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,10 @@ def _labelled(kind: str, batch: str) -> list[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
 
 
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
 @pytest.fixture
 def example(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.syspath_prepend(str(EXAMPLE))
@@ -86,6 +91,29 @@ async def test_a_rollout_runs_in_a_project_and_leaves_nothing(
         assert _labelled("ps -a", runtime.batch) == []
         run = await rollout(row, example.clerk, runtime=runtime)
         assert (run.status, run.grade and run.grade.reward) == ("completed", 1.0), run.error
+    assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []
+
+
+async def test_release_removes_one_adopted_project_whole_and_leaves_the_others(
+    image: str, options: dict[str, Any], example: Any
+) -> None:
+    runtime = ComposeRuntime(
+        EXAMPLE / "compose.yaml", "/app/env.py", variables={"PROCTOR_IMAGE": image}, **options
+    )
+    row = next(iter(example.tasks))
+    async with runtime, runtime(row) as kept, runtime(row) as adopted:
+        folder = os.path.dirname(adopted.url.removeprefix("unix://"))
+        project = os.path.basename(folder).removeprefix(f"proctor-{runtime.batch}-")
+        assert len(_labelled("ps", runtime.batch)) == 4
+        with pytest.raises(ValueError, match="not served by a container of batch"):
+            await runtime.release(kept.url.replace(runtime.batch, "other"))
+        await runtime.release(adopted.url)  # as a resumed runner does when its rollout ends
+        left = _labelled("ps -a", runtime.batch)
+        assert len(left) == 2 and not _exists(folder)
+        assert all(_inspect("container", c)["Config"]["Labels"]["proctor.rollout"] != project
+                   for c in left)  # fmt: skip
+        assert len(_labelled("network ls", runtime.batch)) == 1
+        assert _exists(kept.url.removeprefix("unix://"))
     assert _labelled("ps -a", runtime.batch) == [] and _labelled("network ls", runtime.batch) == []
 
 

@@ -12,7 +12,7 @@ import secrets
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,15 @@ from ._process import MARK, REAP, Tail, check_teardown, killpg, parse_report
 if TYPE_CHECKING:
     from ..records import Task
 
-__all__ = ["SOCKET", "ContainerRuntime", "ContainerSpec", "Engine", "resolve_engine"]
+__all__ = [
+    "SOCKET",
+    "ContainerRuntime",
+    "ContainerSpec",
+    "Engine",
+    "labelled",
+    "resolve_engine",
+    "rollout_of",
+]
 
 log = logging.getLogger("proctor.runtimes.container")
 
@@ -155,7 +163,8 @@ class ContainerRuntime(Runtime, AsyncResource):
 
         A label given as None matches any value: `{"proctor.batch": None}` removes
         the containers of every proctor batch on this engine. For cleanup after a crash,
-        `ContainerRuntime(batch=OLD).reconcile()` or pass the labels.
+        `ContainerRuntime(batch=OLD).reconcile()` or pass the labels. Matched by its
+        batch alone, a batch's socket folders on this machine go too.
 
         Returns:
             The ids of the containers removed.
@@ -167,19 +176,13 @@ class ContainerRuntime(Runtime, AsyncResource):
         labels = {"proctor.batch": self.batch} if labels is None else dict(labels)
         if not labels:
             raise ValueError("reconcile needs at least one label to match")
-        filters = [
-            f"--filter=label={k}" + ("" if v is None else f"={v}") for k, v in labels.items()
-        ]
-        code, out, err = await _cli([*self._exe, "ps", "-a", "-q", *filters])
-        if code != 0:
-            raise RuntimeLaunchError(f"{self.engine_name} ps: {err.strip()}")
-        ids = out.split()
+        ids = await labelled(self._exe, ("ps", "-a"), labels)
         if ids:
             code, _, err = await _cli([*self._exe, "rm", "-f", *self._now(), *ids])
             if code != 0:
                 raise RuntimeLaunchError(f"{self.engine_name} rm: {err.strip()}")
         batch = labels.get("proctor.batch")
-        if batch is not None and NAME.match(batch):
+        if labels.keys() == {"proctor.batch"} and batch is not None and NAME.match(batch):
             rollouts = _socket_dir(batch, "[0-9a-f]" * 16)  # not those of batch "{batch}-x"
             for folder in rollouts.parent.glob(rollouts.name):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -193,15 +196,11 @@ class ContainerRuntime(Runtime, AsyncResource):
             ValueError: `url` is not a Unix socket of one of this batch's containers.
             RuntimeLaunchError: the engine failed.
         """
-        folder = Path(url.removeprefix("unix://")).parent
-        prefix = f"proctor-{self.batch}-"
-        rollout = folder.name.removeprefix(prefix)
-        if not folder.name.startswith(prefix) or not re.fullmatch("[0-9a-f]{16}", rollout):
-            raise ValueError(f"{url} is not served by a container of batch {self.batch!r}")
+        rollout = rollout_of(url, self.batch)
         try:
             await self._remove(f"proctor-{rollout}", self.spec.stop_timeout)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(Path(url.removeprefix("unix://")).parent, ignore_errors=True)
 
     def _now(self) -> list[str]:
         """`rm -f` options that kill without a grace period."""
@@ -237,7 +236,7 @@ class _Container:
     def __init__(self, runtime: ContainerRuntime, task: Task) -> None:
         self.runtime = runtime
         self.task = task
-        self.rollout = secrets.token_hex(8)
+        self.rollout = runtime.spec._rollout_id()
         self.name = f"proctor-{self.rollout}"
         self.dir: str | None = None  # the Unix socket's folder on this machine
         # The engine client's working folder (also the socket's, on network "none"):
@@ -424,6 +423,36 @@ class _Container:
                 reader.cancel()
             await asyncio.gather(*self.readers, return_exceptions=True)
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def rollout_of(url: str, batch: str) -> str:
+    """The rollout id of the container of `batch` serving `url` (its socket's folder).
+
+    Raises:
+        ValueError: `url` is not a Unix socket of one of the batch's containers.
+    """
+    folder = Path(url.removeprefix("unix://")).parent
+    prefix = f"proctor-{batch}-"
+    rollout = folder.name.removeprefix(prefix)
+    if not folder.name.startswith(prefix) or not re.fullmatch("[0-9a-f]{16}", rollout):
+        raise ValueError(f"{url} is not served by a container of batch {batch!r}")
+    return rollout
+
+
+async def labelled(
+    exe: Sequence[str], kind: Sequence[str], labels: Mapping[str, str | None]
+) -> list[str]:
+    """What the engine's listing `kind` (`ps -a`, `network ls`) names of what carries
+    `labels` (a label given as None matches any value): ids, or network names.
+
+    Raises:
+        RuntimeLaunchError: the engine failed.
+    """
+    filters = [f"--filter=label={k}" + ("" if v is None else f"={v}") for k, v in labels.items()]
+    code, out, err = await _cli([*exe, *kind, "-q", *filters])
+    if code != 0:
+        raise RuntimeLaunchError(f"{Path(exe[0]).name} {' '.join(kind)}: {err.strip()}")
+    return out.split()
 
 
 def _client_env() -> dict[str, str]:

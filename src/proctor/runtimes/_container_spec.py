@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -11,7 +12,15 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from ..records import Task
 
-__all__ = ["DEFAULT_ULIMITS", "SOCKET", "SOCKET_DIR", "ContainerSpec", "Engine"]
+__all__ = [
+    "DEFAULT_ULIMITS",
+    "SOCKET",
+    "SOCKET_DIR",
+    "WALLS",
+    "ContainerSpec",
+    "Engine",
+    "limit_options",
+]
 
 Engine = Literal["podman", "docker"]
 
@@ -22,6 +31,8 @@ DEFAULT_ULIMITS: Mapping[str, int | tuple[int, int]] = {"nofile": 1024, "nproc":
 NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")  # a network or batch name
 _MEMORY = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
 _LIMIT_FLAGS = (("cpus", "--cpus"), ("memory", "--memory"), ("pids", "--pids-limit"))
+WALLS = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges")
+"""`run` options every container of proctor's gets: no capability, no privilege gained."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,8 +129,7 @@ class ContainerSpec:
         argv = [*exe, "run", "--name", name, "--pull", "never", "--log-driver", "none"]
         labels = {**self.labels, "proctor.batch": batch, "proctor.rollout": rollout}
         argv += [f"--label={k}={v}" for k, v in labels.items()]
-        argv += ["--network", self.network, "--cap-drop", "ALL"]
-        argv += ["--security-opt", "no-new-privileges"]
+        argv += [*self._network_options(), *WALLS]
         if socket_dir is not None:
             argv += ["-v", f"{socket_dir}:{SOCKET_DIR}", "--env=PROCTOR_SOCKET"]
         else:
@@ -128,14 +138,17 @@ class ContainerSpec:
         for mount in self.mounts:
             argv += ["-v", mount]
         limits = {**self.resources, **_resources(config.get("resources") or {})}
-        argv += [x for key, flag in _LIMIT_FLAGS if key in limits for x in (flag, str(limits[key]))]
-        argv += [f"--ulimit={k}={soft}:{hard}" for k, (soft, hard) in self._ulimits().items()]
-        if self.oci_runtime:
-            argv += ["--runtime", self.oci_runtime]
+        argv += limit_options(limits, self.ulimits, self.oci_runtime)
         return [*argv, *self.args, image, *self._serve_command(socket_dir is not None)]
 
-    def _ulimits(self) -> Mapping[str, tuple[int, int]]:
-        return {k: v if isinstance(v, tuple) else (v, v) for k, v in self.ulimits.items()}
+    def _rollout_id(self) -> str:
+        """The id of a new rollout's container (`proctor-<id>`, its `proctor.rollout`
+        label and its folder on this machine): a fresh one."""
+        return secrets.token_hex(8)
+
+    def _network_options(self) -> list[str]:
+        """The `run` options that put the container on its network."""
+        return ["--network", self.network]
 
     def _serve_command(self, unix: bool) -> list[str]:
         if self.command is not None:
@@ -147,6 +160,20 @@ class ContainerSpec:
             return [*argv, "--unix", SOCKET]
         tcp = f"--host 0.0.0.0 --port {self.port} --token-env PROCTOR_TOKEN"
         return [*argv, *tcp.split()]
+
+
+def limit_options(
+    limits: Mapping[str, Any],
+    ulimits: Mapping[str, int | tuple[int, int]],
+    oci_runtime: str | None,
+) -> list[str]:
+    """The `run` options of a container's checked `limits` (`_resources`), `ulimits`
+    (soft, or (soft, hard)) and OCI runtime."""
+    argv = [x for key, flag in _LIMIT_FLAGS if key in limits for x in (flag, str(limits[key]))]
+    for key, value in ulimits.items():
+        soft, hard = value if isinstance(value, tuple) else (value, value)
+        argv.append(f"--ulimit={key}={soft}:{hard}")
+    return [*argv, "--runtime", oci_runtime] if oci_runtime else argv
 
 
 def _mount(spec: str) -> str:
