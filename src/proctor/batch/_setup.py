@@ -21,6 +21,7 @@ from .._errors import BatchConfigError
 from ._config import (
     BatchConfig,
     CommandAgentEntry,
+    ComposeRuntimeConfig,
     ComputerAgentEntry,
     ConfigProblem,
     ContainerRuntimeConfig,
@@ -126,17 +127,21 @@ class Setup:
     @property
     def adoptable(self) -> bool:
         """Whether an in-flight rollout's substrate outlives the runner and can be found
-        again: served elsewhere, or a container reached through its Unix socket."""
+        again: served elsewhere, or a container (a Compose project's `main`) reached
+        through its Unix socket."""
         rt = self.config.runtime
         if isinstance(rt, ContainerRuntimeConfig):
             return rt.network == "none"
-        return isinstance(rt, UrlRuntimeConfig) or isinstance(self.runtime, LeasedRuntime)
+        return isinstance(rt, UrlRuntimeConfig | ComposeRuntimeConfig) or isinstance(
+            self.runtime, LeasedRuntime
+        )
 
     def release(self, target: str) -> Callable[[], Awaitable[None]] | None:
-        """What stops an adopted rollout's substrate (its container), if anything must."""
+        """What stops an adopted rollout's substrate (its container, or its Compose
+        project), if anything must."""
         if isinstance(self.runtime, LeasedRuntime):
             return functools.partial(self.runtime.release, target)
-        if not isinstance(self.config.runtime, ContainerRuntimeConfig):
+        if not isinstance(self.config.runtime, ContainerRuntimeConfig | ComposeRuntimeConfig):
             return None
         runtime: Any = self.runtime
         return functools.partial(runtime.release, target)
