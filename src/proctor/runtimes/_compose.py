@@ -18,7 +18,7 @@ from ._compose_build import ImageBuilder
 from ._compose_file import ComposeFile, load_compose
 from ._compose_project import Options, Project, remove_network
 from ._compose_watch import watched
-from ._container import ContainerRuntime, labelled, resolve_engine, rollout_of
+from ._container import ContainerRuntime, labelled, resolve_engine, rollout_of, undo
 from ._container_spec import DEFAULT_ULIMITS, NAME, Engine, _resources
 
 if TYPE_CHECKING:
@@ -225,9 +225,6 @@ class ComposeRuntime(Runtime, AsyncResource):
                 )
                 yield dataclasses.replace(endpoint, died=died, entry=entry)
         except BaseException as exc:
-            try:
-                await project.down()
-            except Exception as failed:  # never in place of the cancellation or error
-                exc.add_note(f"and removing project {project.id} failed: {failed}")
+            await undo(exc, project.down, f"removing project {project.id}")
             raise
         await project.down()

@@ -12,7 +12,7 @@ import secrets
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ __all__ = [
     "labelled",
     "resolve_engine",
     "rollout_of",
+    "undo",
 ]
 
 log = logging.getLogger("proctor.runtimes.container")
@@ -147,10 +148,7 @@ class ContainerRuntime(Runtime, AsyncResource):
                     raise
                 log.debug("%s: host port taken; starting a fresh container", container.name)
             except BaseException as exc:
-                try:
-                    await container.stop()
-                except Exception as failed:  # never in place of the cancellation or error
-                    exc.add_note(f"and stopping {container.name} failed: {failed}")
+                await undo(exc, container.stop, f"stopping {container.name}")
                 raise
         try:
             yield endpoint
@@ -423,6 +421,15 @@ class _Container:
                 reader.cancel()
             await asyncio.gather(*self.readers, return_exceptions=True)
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+async def undo(exc: BaseException, stop: Callable[[], Awaitable[object]], what: str) -> None:
+    """Run `stop` while `exc` propagates: a failure of it is a note on `exc` ("and WHAT
+    failed: ..."), never raised in place of the cancellation or error."""
+    try:
+        await stop()
+    except Exception as failed:
+        exc.add_note(f"and {what} failed: {failed}")
 
 
 def rollout_of(url: str, batch: str) -> str:
