@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ._content import image_data, is_image
+from ._content import OMITTED, image_data, is_image
 from ._turns import alternating_turns
 from ._types import Message, ToolCall, ToolSpec, Usage
 from ._wire import arguments_object, brief, text_of, usage_cached_apart
@@ -22,6 +22,8 @@ from ._wire import arguments_object, brief, text_of, usage_cached_apart
 __all__ = [
     "FINISH",
     "IMAGE_FORMATS",
+    "MAX_IMAGES_PER_MESSAGE",
+    "MAX_IMAGE_BYTES",
     "converse_body",
     "converse_check",
     "converse_parse",
@@ -39,6 +41,10 @@ _INFERENCE = {
     "stop": "stopSequences",
 }
 _CACHE_POINT = {"cachePoint": {"type": "default"}}
+MAX_IMAGES_PER_MESSAGE = 20
+MAX_IMAGE_BYTES = 3_750_000
+"""Converse's documented limits: at most 20 images in a message, each at most 3.75 MB
+(taken as decimal megabytes, the smaller reading)."""
 
 FINISH = {
     "end_turn": "stop",
@@ -72,10 +78,16 @@ def converse_body(
     `thinking`). `cache` adds `cachePoint` blocks after the system prompt, the tools
     and the last user turn.
 
+    A message holding more than `MAX_IMAGES_PER_MESSAGE` images keeps the newest ones;
+    the older ones become the text `[frame omitted]`, as compaction leaves them.
+
     Raises:
-        ValueError: an image given by URL (Converse takes bytes).
+        ValueError: an image given by URL (Converse takes bytes), or one over
+            `MAX_IMAGE_BYTES`.
     """
     system, turns = converse_messages(messages)
+    for turn in turns:
+        _within_image_count(turn["content"])
     body: dict[str, Any] = {"messages": turns}
     if system:
         body["system"] = system + ([_CACHE_POINT] if cache else [])
@@ -192,7 +204,27 @@ def _image(part: dict[str, Any]) -> dict[str, Any]:
     fmt = IMAGE_FORMATS.get(media_type)
     if fmt is None:
         raise ValueError(f"Bedrock Converse takes png, jpeg, gif or webp, not {media_type}")
+    size = len(b64) * 3 // 4 - b64.count("=", -2)
+    if size > MAX_IMAGE_BYTES:
+        raise ValueError(
+            f"Bedrock Converse takes images of at most 3.75 MB, not {size / 1e6:.2f} MB:"
+            " send a smaller or scaled frame (e.g. JPEG)"
+        )
     return {"image": {"format": fmt, "source": {"bytes": b64}}}
+
+
+def _within_image_count(blocks: list[dict[str, Any]]) -> None:
+    """Replace the oldest image blocks of one message (tool results' included) past
+    `MAX_IMAGES_PER_MESSAGE` with the compaction's placeholder text."""
+    slots: list[tuple[list[dict[str, Any]], int]] = []
+    for i, block in enumerate(blocks):
+        if "image" in block:
+            slots.append((blocks, i))
+        elif "toolResult" in block:
+            inner = block["toolResult"]["content"]
+            slots += [(inner, k) for k, b in enumerate(inner) if "image" in b]
+    for seq, i in slots[: max(0, len(slots) - MAX_IMAGES_PER_MESSAGE)]:
+        seq[i] = {"text": OMITTED}
 
 
 # -- responses ----------------------------------------------------------------------------

@@ -77,7 +77,14 @@ def converse_problem(body: Any, models: set[str], model: str) -> str | None:
             problem = _block_problem(i, block, uses)
             if problem:
                 return problem
+        if _images_in(content) > 20:
+            return f"messages.{i}: a message can include up to 20 images."
     return _tool_config_problem(body.get("toolConfig"))
+
+
+def _images_in(content: list[Any]) -> int:
+    inner = [b["toolResult"].get("content") or [] for b in content if "toolResult" in b]
+    return sum("image" in b for b in content) + sum("image" in b for r in inner for b in r)
 
 
 def _block_problem(i: int, block: Any, uses: set[str]) -> str | None:
@@ -111,6 +118,8 @@ def _image_problem(i: int, image: Any) -> str | None:
         return f"messages.{i}: image bytes are not valid base64."
     if not raw.startswith(_MAGIC[fmt]):
         return f"messages.{i}: the image bytes are not a {fmt} image."
+    if len(raw) > 3_932_160:
+        return f"messages.{i}: the image size must be no more than 3.75 MB."
     return None
 
 
