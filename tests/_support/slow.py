@@ -18,10 +18,11 @@ SLOW: dict[str, tuple[str, tuple[str, ...]]] = {
         ("test_kill_9_at_random_points_then_resume",),
     ),
     "batch/test_lease.py": (
-        "CLI runners killed mid-agent, resumed, their servers' lease lapsed (7-20 s)",
+        "CLI runners killed mid-agent, resumed, their servers' lease lapsed (4-8 s)",
         (
-            "test_resume_within_the_grace_continues_every_rollout",
-            "test_nothing_outlives_a_lapsed_lease_nor_the_supervisor",
+            "test_a_resume_continues_every_rollout_in_flight_at_a_kill",
+            "test_nothing_outlives_a_lapsed_lease_and_a_late_resume_says_why",
+            "test_an_adopted_server_that_dies_fails_its_rollout_at_once_saying_why",
             "test_the_servers_die_with_their_supervisor",
         ),
     ),

@@ -201,7 +201,6 @@ def _resume(out: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=240)  # fmt: skip
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["subprocess", "sandbox"])
 def test_a_resume_continues_every_rollout_in_flight_at_a_kill(
     tmp_path: Path, model: dict[str, Any], kind: str
@@ -223,7 +222,6 @@ def test_a_resume_continues_every_rollout_in_flight_at_a_kill(
     assert not (out / "supervisor.sock").exists()
 
 
-@pytest.mark.slow
 def test_nothing_outlives_a_lapsed_lease_and_a_late_resume_says_why(
     tmp_path: Path, model: dict[str, Any]
 ) -> None:
@@ -240,7 +238,6 @@ def test_nothing_outlives_a_lapsed_lease_and_a_late_resume_says_why(
     _until("the resume's supervisor gone", lambda: not _labelled(batch_id), 30)
 
 
-@pytest.mark.slow
 def test_an_adopted_server_that_dies_fails_its_rollout_at_once_saying_why(
     tmp_path: Path, sleepy: dict[str, Any]
 ) -> None:
@@ -266,7 +263,6 @@ def test_an_adopted_server_that_dies_fails_its_rollout_at_once_saying_why(
     _until("the batch's processes gone", lambda: not _labelled(batch_id), 30)
 
 
-@pytest.mark.slow
 def test_the_servers_die_with_their_supervisor(tmp_path: Path, sleepy: dict[str, Any]) -> None:
     out, batch_id = _killed_mid_agent(tmp_path, sleepy, {"kind": "subprocess"}, 2)
     supervisor = _supervisor(out)
