@@ -271,6 +271,7 @@ class Runner:
             if gone is not None:  # recorded at once, not after a minute of connecting
                 run.fail("connecting", SubstrateLost("connecting", gone))
                 self._finished(a, run, recording, adopted=True)
+                await self._grouped(a, run)  # its group's other members may wait on it
                 return
             self.store.event("continued", id=a.rollout_id, attempt=attempt)
         else:
