@@ -86,3 +86,44 @@ services:
         assert (run.error.phase, run.error.type) == ("agent", "SubstrateLost")
         assert "service db killed by SIGKILL" in run.error.message, run.error.message
         assert _service(runtime.batch, "db") == []  # the project is gone
+
+
+async def test_a_service_out_of_memory_fails_the_rollout_naming_it(
+    tmp_path: Path, image: str, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "env.py").write_text(ENV)
+    (tmp_path / "compose.yaml").write_text(
+        f"""
+services:
+  hog:
+    image: {image}
+    command: python -c "import time; time.sleep(2); food = [b'x' * (1 << 20) for _ in range(1024)]"
+  main:
+    image: {image}
+    volumes: ["./:/t:ro"]
+    depends_on: [hog]
+"""
+    )
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    runtime = ComposeRuntime(
+        tmp_path / "compose.yaml", "/t/env.py", resources={"memory": "128m"}, **options
+    )
+
+    @agent_from_fn
+    async def patient(run: Run) -> None:
+        await asyncio.sleep(PATIENCE)
+
+    async with runtime:
+        run = await rollout(
+            Task(env="waits", id="wait"), patient, runtime=runtime,
+            timeout=Timeouts(rollout=PATIENCE * 2),
+        )  # fmt: skip
+    assert run.error is not None and run.error.type == "SubstrateLost", run.error
+    assert run.error.phase == "agent"
+    # The engine's State.OOMKilled names it where it is reported (cgroup v2, docker);
+    # podman on cgroup v1 reports a plain SIGKILL.
+    assert "service hog" in run.error.message
+    assert "OOM-killed" in run.error.message or "killed by SIGKILL" in run.error.message
+    assert list(here.iterdir()) == []  # conmon's `oom` file is never the driver's

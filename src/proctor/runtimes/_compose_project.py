@@ -10,6 +10,7 @@ import json
 import math
 import os
 import secrets
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import RuntimeLaunchError
+from .._tempdirs import owned_tempdir
 from ._compose_file import ComposeFile, Service
 from ._container import labelled
 from ._container_spec import WALLS, ContainerSpec, Engine, limit_options
@@ -76,6 +78,7 @@ class Project:
     network: bool = False  # whether its creation was attempted
     waiting: str = ""  # what bring-up waits for, and the last check's output
     addresses: dict[str, str] = field(default_factory=dict)  # service: IP
+    folder: str | None = None  # the engine clients' working folder, once made
 
     @property
     def network_name(self) -> str:
@@ -106,6 +109,9 @@ class Project:
 
     async def _up(self) -> None:
         exe = self.options.exe
+        # The engine clients' working folder: a service's monitor (conmon) writes an
+        # `oom` file there when the service is OOM-killed (it was the driver's folder).
+        self.folder = owned_tempdir("compose")
         self.network = True
         argv = [*exe, "network", "create", "--internal", *self.labels(None)]
         if Path(exe[0]).name == "podman":  # names go in /etc/hosts: no DNS server needed
@@ -174,6 +180,8 @@ class Project:
                 await remove_network(exe, self.network_name)
             except RuntimeLaunchError as exc:
                 errors.append(str(exc))
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
         if errors:
             raise RuntimeLaunchError(f"project {self.id}: " + "; ".join(errors))
 
@@ -229,7 +237,7 @@ class Project:
         self, argv: list[str], what: str, env: Mapping[str, str] | None = None
     ) -> str:
         try:
-            code, out, err = await run(argv, env)
+            code, out, err = await run(argv, env, cwd=self.folder)
         except TimeoutError:
             raise RuntimeLaunchError(
                 f"project {self.id}: {what} ran past {_ENV_TIMEOUT:g}s"
@@ -329,11 +337,14 @@ async def remove_network(exe: Sequence[str], network: str) -> None:
 
 
 async def run(
-    argv: list[str], env: Mapping[str, str] | None = None, limit: float | None = _ENV_TIMEOUT
+    argv: list[str],
+    env: Mapping[str, str] | None = None,
+    limit: float | None = _ENV_TIMEOUT,
+    cwd: str | None = None,
 ) -> tuple[int, str, str]:
     """Run an engine command to completion, as `_container._cli` does, with `env` for
-    its client (a service's variables, kept off argv); `TimeoutError` after `limit` s
-    (None: no limit).
+    its client (a service's variables, kept off argv), in folder `cwd`; `TimeoutError`
+    after `limit` s (None: no limit).
 
     Its output goes to files, not pipes: the monitor `run -d` leaves behind can hold
     a pipe it inherited open (under uvloop), and a pipe's end would never come.
@@ -345,6 +356,7 @@ async def run(
             stdout=out,
             stderr=err,
             env=None if env is None else dict(env),
+            cwd=cwd,
         )
         try:
             async with asyncio.timeout(limit):
