@@ -244,7 +244,8 @@ class CommandAgent:
         if entry is None:
             raise RolloutError(
                 "CommandAgent(placement='substrate'): this runtime cannot host a harness "
-                "(SandboxRuntime without warm, ContainerRuntime and HarborRuntime can); "
+                "(SandboxRuntime without warm, ContainerRuntime, HarborRuntime and "
+                "ComposeRuntime can); "
                 "use placement='jail'"
             )
         model = run.model_env
