@@ -85,14 +85,15 @@ class CommandAgent:
             (they live in memory); None for no cap.
         placement: `jail` (the default: beside the substrate, as above) or `substrate`:
             inside the rollout's sandbox or container (`SandboxRuntime`,
-            `ContainerRuntime`, `HarborRuntime`), as the environment server's user, in
-            the task's working folder (or `cwd`, a path there), seeing its files and
-            tools as they are. Its environment is then the substrate's `PATH`, `HOME`,
-            `LANG`, `TERM`, `TZ`, the proxy session's variables (the URLs name a
-            loopback port inside whose connections reach the proxy through the
-            driver: docs/placement.md), the `PROCTOR_*` ones (capability URLs as
-            served inside), `PROCTOR_HARNESS` (the folder `ship`ped files are in) and
-            `env`; `binds`, `writable`, `tmpfs_size` and `jail` do not apply.
+            `ContainerRuntime`, `HarborRuntime`, `ComposeRuntime`'s `main`), as the
+            environment server's user, in the task's working folder (or `cwd`, a path
+            there), seeing its files and tools as they are. Its environment is then
+            the substrate's `PATH`, `HOME`, `LANG`, `TERM`, `TZ`, the proxy session's
+            variables (the URLs name a loopback port inside whose connections reach
+            the proxy through the driver: docs/placement.md), the `PROCTOR_*` ones
+            (capability URLs as served inside), `PROCTOR_HARNESS` (the folder
+            `ship`ped files are in) and `env`; `binds`, `writable`, `tmpfs_size` and
+            `jail` do not apply.
         ship: files of this machine copied into the substrate for each rollout (into
             `PROCTOR_HARNESS`); an `argv` item naming one (as given) is rewritten to
             its copy. Only with `placement="substrate"`, where an `argv` item
