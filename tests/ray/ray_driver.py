@@ -23,7 +23,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners, loopback_up
-from ray_lease import lease_lapses, lease_resume, lease_supervisor_killed
+from ray_lease import (
+    lease_lapses,
+    lease_resume,
+    lease_supervisor_killed,
+    shards_keeper_killed,
+    shards_lapse,
+    shards_resume,
+)
 
 from proctor import Task, Taskset
 from proctor.agents import Run
@@ -486,6 +493,21 @@ async def batch_lease_supervisor_killed(ctx: Context) -> dict[str, Any]:
     return await lease_supervisor_killed(ctx, ENV_SOURCE)
 
 
+async def executor_lease_resume(ctx: Context) -> dict[str, Any]:
+    """A Ray-executor batch killed -9: `--resume` follows its shards' rollouts."""
+    return await shards_resume(ctx, ENV_SOURCE)
+
+
+async def executor_lease_lapses(ctx: Context) -> dict[str, Any]:
+    """A Ray-executor batch killed -9, never resumed: the keeper kills its shards."""
+    return await shards_lapse(ctx, ENV_SOURCE)
+
+
+async def executor_keeper_killed(ctx: Context) -> dict[str, Any]:
+    """A Ray-executor batch's keeper killed: its shards exit."""
+    return await shards_keeper_killed(ctx, ENV_SOURCE)
+
+
 SCENARIOS: list[Scenario] = [
     cluster_up,
     token_required,
@@ -505,6 +527,9 @@ SCENARIOS: list[Scenario] = [
     batch_lease_resume,
     batch_lease_lapses,
     batch_lease_supervisor_killed,
+    executor_lease_resume,
+    executor_lease_lapses,
+    executor_keeper_killed,
     worker_node_dies,  # last: the cluster has one node after it
 ]
 

@@ -37,11 +37,34 @@ class Patient:
 """
 
 
-def _batch(folder: Path, address: str, env_source: str, lease: float) -> Path:
-    (folder / "agent.py").write_text(AGENT)
+SHARD_AGENT = """
+import asyncio
+import os
+
+MARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marks")
+
+
+class Slow:
+    async def __call__(self, run):
+        fd = os.open(MARKS, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, b"waiting\\n")
+        os.close(fd)
+        with open(os.path.join(os.path.dirname(MARKS), "seconds")) as f:
+            await asyncio.sleep(int(f.read()))
+        run.answer = run.prompt
+"""
+
+
+def _batch(
+    folder: Path, address: str, env_source: str, lease: float, executor: bool = False
+) -> Path:
+    """Under a lease: the Ray runtime's, or (`executor`) the Ray executor's."""
+    (folder / "agent.py").write_text(SHARD_AGENT if executor else AGENT)
+    if not (folder / "seconds").exists():
+        (folder / "seconds").write_text("8")  # how long SHARD_AGENT waits
     rows = [{"env": "ray-where", "id": "where", "args": {"i": i}} for i in range(ROWS)]
     (folder / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = {
+    config: dict[str, Any] = {
         "taskset": {"source": "tasks.jsonl", "env_source": env_source},
         "agents": [{"kind": "python", "agent": "agent.py:Patient"}],
         "runtime": {"kind": "ray", "address": address, "lease": lease},
@@ -49,6 +72,10 @@ def _batch(folder: Path, address: str, env_source: str, lease: float) -> Path:
         "expected_rollouts": ROWS,
         "timeouts": {"rollout": 120},
     }
+    if executor:
+        config["agents"] = [{"kind": "python", "agent": "agent.py:Slow"}]
+        config["runtime"] = {"kind": "local", "trusted": True}
+        config["executor"] = {"kind": "ray", "address": address, "lease": lease}
     (folder / "batch.json").write_text(json.dumps(config))
     return folder / "batch.json"
 
@@ -75,9 +102,11 @@ def _until(check: Any, limit: float) -> Any:
     return check()
 
 
-def _killed(folder: Path, address: str, env_source: str, lease: float) -> tuple[Path, str]:
+def _killed(
+    folder: Path, address: str, env_source: str, lease: float, executor: bool = False
+) -> tuple[Path, str]:
     """Start the batch, kill -9 its runner once every rollout waits in its agent."""
-    config, out = _batch(folder, address, env_source, lease), folder / "out"
+    config, out = _batch(folder, address, env_source, lease, executor), folder / "out"
     argv = [sys.executable, "-m", "proctor.cli", "batch", str(config), "--execute"]
     runner = subprocess.Popen([*argv, "--output-dir", str(out), "--quiet"], cwd=folder,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -157,10 +186,71 @@ async def lease_lapses(ctx: Any, env_source: str) -> dict[str, Any]:
     return await asyncio.to_thread(_lapsed, folder, ctx.cluster.address, env_source)
 
 
-__all__ = ["lease_lapses", "lease_resume", "lease_supervisor_killed"]
+__all__ = [
+    "lease_lapses",
+    "lease_resume",
+    "lease_supervisor_killed",
+    "shards_keeper_killed",
+    "shards_lapse",
+    "shards_resume",
+]
 
 
 async def lease_supervisor_killed(ctx: Any, env_source: str) -> dict[str, Any]:
     """Kill -9 the runner, then the supervisor: its actors die with its Ray job."""
     folder = ctx.folder("lease-supervisor")
     return await asyncio.to_thread(_supervisor_killed, folder, ctx.cluster.address, env_source)
+
+
+def _shards_resumed(folder: Path, address: str, env_source: str) -> dict[str, Any]:
+    from proctor.batch import list_rollouts
+
+    out, batch_id = _killed(folder, address, env_source, lease=60, executor=True)
+    kept = _actors(batch_id)
+    argv = [sys.executable, "-m", "proctor.cli", "batch", "--resume", str(out), "--quiet"]
+    resume = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=180)
+    rows = list_rollouts(out, limit=None)
+    return {
+        "kept": kept,
+        "resume_rc": resume.returncode,
+        "resume_err": resume.stderr[-2000:],
+        "rows": [(r["status"], r["reward"]) for r in rows],
+        "started": (folder / "marks").read_text().count("waiting"),
+        "left": [] if _until(lambda: not _actors(batch_id), 30) else _actors(batch_id),
+    }
+
+
+def _shards_lapsed(folder: Path, address: str, env_source: str, kill_keeper: bool) -> Any:
+    import ray
+    from proctor.runtimes._ray import actor_namespace
+
+    (folder / "seconds").write_text("120")  # still running when the lease ends
+    lease = 60 if kill_keeper else 3
+    _, batch_id = _killed(folder, address, env_source, lease=lease, executor=True)
+    kept = _actors(batch_id)
+    if kill_keeper:
+        ray.kill(ray.get_actor("lease", namespace=actor_namespace(batch_id)))
+    t0 = time.monotonic()
+    gone = _until(lambda: not _actors(batch_id), 60)
+    return {"kept": kept, "gone_after": time.monotonic() - t0 if gone else None}
+
+
+async def shards_resume(ctx: Any, env_source: str) -> dict[str, Any]:
+    """A Ray-executor batch killed -9 under a lease: `--resume` follows the rollouts
+    its shards went on with, none started again."""
+    folder = ctx.folder("shards-resume")
+    return await asyncio.to_thread(_shards_resumed, folder, ctx.cluster.address, env_source)
+
+
+async def shards_lapse(ctx: Any, env_source: str) -> dict[str, Any]:
+    """Its lease lapses: the keeper kills the shards, then itself."""
+    folder = ctx.folder("shards-lapse")
+    address = ctx.cluster.address
+    return await asyncio.to_thread(_shards_lapsed, folder, address, env_source, False)
+
+
+async def shards_keeper_killed(ctx: Any, env_source: str) -> dict[str, Any]:
+    """Its keeper killed: the shards see it gone and exit."""
+    folder = ctx.folder("shards-keeper")
+    address = ctx.cluster.address
+    return await asyncio.to_thread(_shards_lapsed, folder, address, env_source, True)

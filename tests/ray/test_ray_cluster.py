@@ -277,3 +277,24 @@ def test_a_ray_batchs_actors_die_with_its_lease_supervisor(results: dict[str, An
     outcome = scenario(results, "batch_lease_supervisor_killed")
     assert len(outcome["kept"]) == 2, outcome
     assert outcome["gone_after"] is not None, outcome
+
+
+def test_a_ray_executor_batch_resumed_within_its_lease_follows_its_shards(
+    results: dict[str, Any],
+) -> None:
+    # Without the lease, the shards died with the runner and both rollouts ran again.
+    outcome = scenario(results, "executor_lease_resume")
+    assert sorted(outcome["kept"])[0] == "lease" and len(outcome["kept"]) == 3, outcome
+    assert outcome["resume_rc"] == 0, outcome["resume_err"]
+    assert outcome["rows"] == [["completed", 1.0]] * 2
+    assert outcome["started"] == 2  # followed to their end, not started again
+    assert outcome["left"] == []
+
+
+@pytest.mark.parametrize("how", ["executor_lease_lapses", "executor_keeper_killed"])
+def test_nothing_of_a_ray_executor_batch_outlives_its_lease(
+    results: dict[str, Any], how: str
+) -> None:
+    outcome = scenario(results, how)
+    assert len(outcome["kept"]) == 3, outcome  # two shards and the keeper
+    assert outcome["gone_after"] is not None, outcome

@@ -135,3 +135,32 @@ async def test_phases_are_reported_once_they_last() -> None:
     for later in ("grading", "teardown", None):
         phases.put_nowait(later)
     assert [p async for p in reported] == []
+
+
+def test_a_ray_lease_is_positive_seconds() -> None:
+    assert RayExecutor(lease=30).lease == 30 and RayExecutor().lease is None
+    with pytest.raises(ValueError, match="lease must be > 0 seconds"):
+        RayExecutor(lease=0)
+
+
+def test_a_ray_batch_recorded_before_its_lease_keeps_its_digest() -> None:
+    from proctor.batch import BatchConfig
+
+    def digest(runtime: dict[str, Any], executor: dict[str, Any]) -> str:
+        doc = {
+            "taskset": {"source": "tasks.jsonl"},
+            "agents": [{"kind": "python", "agent": "agent.py:solve"}],
+            "runtime": runtime,
+            "executor": executor,
+            "max_concurrent": 2,
+            "expected_rollouts": 2,
+        }
+        return BatchConfig.model_validate(doc).digest()
+
+    ray = {"kind": "ray", "address": "127.0.0.1:1"}
+    local = {"kind": "local", "trusted": True}
+    before = digest(ray, {"kind": "local"}), digest(local, ray)  # as recorded before `lease`
+    assert digest({**ray, "lease": 30}, {"kind": "local"}) == before[0]  # the default
+    assert digest(local, {**ray, "lease": 30}) == before[1]
+    assert digest({**ray, "lease": 0}, {"kind": "local"}) != before[0]
+    assert digest(local, {**ray, "lease": 0}) != before[1]

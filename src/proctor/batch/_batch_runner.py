@@ -224,7 +224,9 @@ class Runner:
         cfg = self.config.executor
         assert isinstance(cfg, RayExecutorConfig)
         setup = self.setup
-        executor = RayExecutor(cfg.address, shards=cfg.shards, resources=cfg.resources)
+        executor = RayExecutor(
+            cfg.address, shards=cfg.shards, resources=cfg.resources, lease=cfg.lease or None
+        )
         agents = {a.agent: setup.agents[a.agent] for a, _, _ in work}
         for agent in agents.values():
             _ship_by_value(agent)

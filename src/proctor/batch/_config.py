@@ -35,6 +35,7 @@ from ._config_substrates import (
     LEASE,
     ComposeRuntimeConfig,
     ContainerRuntimeConfig,
+    Lease,
     LocalRuntimeConfig,
     RayRuntimeConfig,
     RuntimeConfig,
@@ -238,6 +239,9 @@ class RayExecutorConfig(_Model):
     concurrency: PositiveInt | None = None
     """Deprecated and ignored: `max_concurrent` bounds the rollouts across every shard."""
     resources: dict[str, Any] = Field(default_factory=dict)
+    lease: Lease = LEASE
+    """Seconds the shards outlive a runner that died (detached actors under a lease),
+    so `--resume` follows their rollouts to their end; 0 turns it off."""
 
 
 ExecutorConfig: TypeAlias = Annotated[
@@ -455,5 +459,7 @@ def _drop_new_defaults(doc: dict[str, Any]) -> None:
         doc["runtime"].pop("trusted", None)
     if doc["runtime"].get("kind") in _LEASED and doc["runtime"].get("lease") in (None, LEASE):
         doc["runtime"].pop("lease", None)  # recorded before the lease (None), or its default
+    if doc["executor"].get("kind") == "ray" and doc["executor"].get("lease") in (None, LEASE):
+        doc["executor"].pop("lease", None)
     if doc["executor"].get("kind") == "ray" and doc["executor"].get("concurrency") is None:
         doc["executor"]["concurrency"] = 32  # the default it had, which it meant

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import RolloutError, RuntimeLaunchError, WorkerLost
 from ..agents import Run
-from ..runtimes._ray import connect_ray, placement
+from ..runtimes._ray import actor_namespace, connect_ray, placement
 from ._drive import execute_run
+from ._ray_lease import SHARD_PREFIX, RayLease, keeper_watch
 from ._spec import Planned, RunSpec
 from ._timeouts import Timeouts
 
@@ -52,6 +53,13 @@ class RayExecutor:
     job goes on on the shards left. A runtime that is an async context manager is entered once per
     shard for the whole job (a warm pool per node, say).
 
+    With a `lease`, the shards are detached actors named in the job's namespace
+    (`actor_namespace(job_id)`) under a lease this process renews (`_ray_lease`): if
+    it is killed, they go on with their rollouts for `lease` seconds, and a later run
+    of the same job (same rollout trace ids) within that time follows those rollouts
+    to their end instead of starting them again; then everything in the namespace is
+    killed. Without one, the shards die with this process's Ray job.
+
     Args:
         address: the cluster, when this process is not connected yet
             (`ray.init(address=...)`; None: `RAY_ADDRESS` or Ray's own lookup).
@@ -68,10 +76,11 @@ class RayExecutor:
             before the rollout goes on (a round trip of about 1 ms that stalls the
             shard's other rollouts; a fast rollout has five changes), and the driver
             reads it only when a worker dies.
+        lease: seconds the shards outlive this process (None: they die with it).
 
     Raises:
-        ValueError: a count is below 1, `settle` is negative, or `resources` is
-            malformed.
+        ValueError: a count is below 1, `settle` is negative, `lease` is not
+            positive, or `resources` is malformed.
     """
 
     def __init__(
@@ -83,6 +92,7 @@ class RayExecutor:
         resources: Mapping[str, Any] | None = None,
         startup_timeout: float = 60.0,
         settle: float = 0.05,
+        lease: float | None = None,
     ) -> None:
         if shards is not None and shards < 1:
             raise ValueError("shards must be >= 1")
@@ -97,6 +107,9 @@ class RayExecutor:
             )
         if not settle >= 0:
             raise ValueError("settle must be >= 0 seconds")
+        if lease is not None and not lease > 0:
+            raise ValueError("lease must be > 0 seconds (None: no lease)")
+        self.lease = lease
         self.address = address
         self.shards = shards
         self.options = {"num_cpus": 0, **placement(resources or {})}
@@ -118,12 +131,25 @@ class RayExecutor:
             return
         await connect_ray(self.address)
         book = _PhaseBook(f"{_BOOK}{uuid.uuid4().hex}/") if self.settle == 0 else None
-        shards = await self._start(spec, book)
+        lease = None if self.lease is None else RayLease(actor_namespace(spec.job_id), self.lease)
+        held: dict[str, ActorHandle[Any]] = {}
         try:
-            cursor = iter(enumerate(spec.rollouts))
+            if lease is not None:
+                held = await lease.take()
+            shards = await self._start(spec, book, lease)
+        except BaseException:
+            if lease is not None:
+                await asyncio.shield(lease.end(held))
+            raise
+        try:
+            cursor = iter([(i, p) for i, p in enumerate(spec.rollouts) if p.trace_id not in held])
             limit = asyncio.Semaphore(spec.width)  # one bound across shards and agents
             share = -(-spec.width // len(shards))  # and each shard its even part of it
             async with asyncio.TaskGroup() as tg:
+                for i, p in enumerate(spec.rollouts):  # a dead driver's, still held
+                    if p.trace_id in held:
+                        old = _Shard(held[p.trace_id], book, leased=True)
+                        tg.create_task(old.follow(i, p, limit, spec.job_id, finished))
                 for _ in range(share):
                     for shard in shards:  # interleaved: the semaphore serves them in turn
                         tg.create_task(shard.work(cursor, limit, spec.job_id, finished))
@@ -132,10 +158,14 @@ class RayExecutor:
                 finished(i, _failed(p, spec.job_id, uuid.uuid4().hex, "provisioning", lost))
         finally:
             await asyncio.shield(asyncio.gather(*(s.close() for s in shards)))
+            if lease is not None:
+                await asyncio.shield(lease.end(held))
             if book is not None:
                 book.forget()
 
-    async def _start(self, spec: RunSpec, book: _PhaseBook | None) -> list[_Shard]:
+    async def _start(
+        self, spec: RunSpec, book: _PhaseBook | None, lease: RayLease | None
+    ) -> list[_Shard]:
         import ray
 
         agents = {p.agent: spec.agents[p.agent] for p in spec.rollouts}
@@ -148,7 +178,7 @@ class RayExecutor:
         nodes = self._nodes()
         count = self.shards or len(nodes)
         places = itertools.islice(itertools.cycle(nodes), count)
-        shards = [self._shard(node, cargo, book, spec.width) for node in places]
+        shards = [self._shard(node, cargo, book, spec.width, lease) for node in places]
         opening: dict[asyncio.Future[None], _Shard] = {
             asyncio.ensure_future(s.handle.open.remote()): s for s in shards
         }
@@ -172,13 +202,19 @@ class RayExecutor:
             log.warning("%r: %d of %d shards came up", self, len(up), count)
         return up
 
-    def _shard(self, node: str, cargo: Any, book: _PhaseBook | None, width: int) -> _Shard:
+    def _shard(
+        self, node: str, cargo: Any, book: _PhaseBook | None, width: int, lease: RayLease | None
+    ) -> _Shard:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        options = {**self.options, "max_concurrency": width + 1}  # + `close`
+        options = {**self.options, "max_concurrency": width + 2}  # + `close`, `ack`
+        if lease is not None:
+            name = f"{SHARD_PREFIX}{uuid.uuid4().hex[:16]}"
+            options.update(name=name, namespace=lease.namespace, lifetime="detached")
         strategy = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = _shard_actor().options(scheduling_strategy=strategy, **options)
-        return _Shard(actor.remote(cargo), book)
+        namespace = None if lease is None else lease.namespace
+        return _Shard(actor.remote(cargo, namespace), book, leased=lease is not None)
 
     def _nodes(self) -> list[str]:
         """Ids of the live nodes big enough for a shard.
@@ -209,12 +245,16 @@ class _Shard:
     """The driver's side of one shard actor: feeds it rollouts while it lives.
 
     With a `book` (what `settle=0` records), a lost rollout's phase is the one its
-    shard last recorded there, not the last one streamed back.
+    shard last recorded there, not the last one streamed back. A `leased` shard keeps
+    each run until told it was taken (`ack`), for a later driver if this one dies.
     """
 
-    def __init__(self, handle: ActorHandle[Any], book: _PhaseBook | None) -> None:
+    def __init__(
+        self, handle: ActorHandle[Any], book: _PhaseBook | None, *, leased: bool = False
+    ) -> None:
         self.handle = handle
         self.book = book
+        self.leased = leased
         self.alive = True
 
     async def work(
@@ -232,16 +272,39 @@ class _Shard:
                     return
                 i, planned = item
                 run = await self.rollout(planned, job_id)
-            finished(i, run)
+            self.taken(i, run, finished)
 
-    async def rollout(self, planned: Planned, job_id: str) -> Run:
-        """One rollout on the shard; a failed `Run` if the shard dies under it."""
+    async def follow(
+        self,
+        i: int,
+        planned: Planned,
+        limit: asyncio.Semaphore,
+        job_id: str,
+        finished: Callable[[int, Run], None],
+    ) -> None:
+        """Follow a rollout a dead driver started on this shard to its end."""
+        async with limit:
+            run = await self.rollout(planned, job_id, adopted=True)
+        self.taken(i, run, finished)
+
+    def taken(self, i: int, run: Run, finished: Callable[[int, Run], None]) -> None:
+        """Hand the run on; then a leased shard may let go of it."""
+        finished(i, run)
+        if self.leased and self.alive:
+            self.handle.ack.remote(run.trace_id)
+
+    async def rollout(self, planned: Planned, job_id: str, *, adopted: bool = False) -> Run:
+        """One rollout on the shard (`adopted`: one it already runs); a failed `Run`
+        if the shard dies under it."""
         from ray.exceptions import RayActorError, RayError, RayTaskError
 
         trace_id = planned.trace_id or uuid.uuid4().hex
         started = time.time()
-        phase = "provisioning"
-        stream: Any = self.handle.rollout.remote(planned, job_id, trace_id)
+        phase = "agent" if adopted else "provisioning"
+        if adopted:
+            stream: Any = self.handle.follow.remote(trace_id)
+        else:
+            stream = self.handle.rollout.remote(planned, job_id, trace_id)
         try:
             async for ref in stream:
                 item = await ref
@@ -320,18 +383,41 @@ class _ShardActor:
     """Runs whole rollouts in a Ray worker; the driver's `_Shard` talks to it."""
 
     def __init__(
-        self, cargo: tuple[Mapping[str, Agent], RuntimeLike, Timeouts, float, _PhaseBook | None]
+        self,
+        cargo: tuple[Mapping[str, Agent], RuntimeLike, Timeouts, float, _PhaseBook | None],
+        namespace: str | None = None,
     ) -> None:
         self.agents, self.runtime, self.timeout, self.settle, self.book = cargo
         self.entered = False
         self.running: set[asyncio.Task[Run]] = set()
+        self.namespace = namespace  # under a lease: its rollouts kept until taken
+        self.kept: dict[str, asyncio.Task[Run]] = {}
+        self.watch: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
-        """Enter the runtime when it is an async context manager."""
+        """Enter the runtime when it is an async context manager; under a lease,
+        watch its keeper (this worker exits once it is gone)."""
+        if self.namespace is not None:
+            self.watch = asyncio.get_running_loop().create_task(keeper_watch(self.namespace))
         enter = getattr(self.runtime, "__aenter__", None)
         if enter is not None:
             await enter()
             self.entered = True
+
+    async def holds(self) -> list[str]:
+        """The trace ids of the rollouts kept here (running, or ended and not taken)."""
+        return list(self.kept)
+
+    async def follow(self, trace_id: str) -> AsyncIterator[str | Run]:
+        """A kept rollout's `Run` once it ends (for a driver that took the lease)."""
+        work = self.kept.get(trace_id)
+        if work is None:
+            raise LookupError(f"{trace_id}: no such rollout kept on this shard")
+        yield await asyncio.shield(work)
+
+    async def ack(self, trace_id: str) -> None:
+        """The driver has the rollout's run: let go of it."""
+        self.kept.pop(trace_id, None)
 
     async def rollout(
         self, planned: Planned, job_id: str, trace_id: str
@@ -349,6 +435,8 @@ class _ShardActor:
             execute_run(run, agent, runtime=self.runtime, timeout=self.timeout, observers=observers)
         )
         self.running.add(work)
+        if self.namespace is not None:
+            self.kept[trace_id] = work
         work.add_done_callback(lambda _: phases.put_nowait(None))
         try:
             if book is None:
