@@ -42,7 +42,8 @@ MiB = 1024 * 1024
 RAY_TIMEOUT = 60.0
 REACH_TIMEOUT = 5.0
 ENGINE_TIMEOUT = 30.0
-_ENV_MEMORY = {"local": 1 * MiB, "container": 64 * MiB, "compose": 128 * MiB, "ray": 0, "url": 0}
+# compose: two services, and a `podman wait` client watching each (about 34 MB apiece)
+_ENV_MEMORY = {"local": 1 * MiB, "container": 64 * MiB, "compose": 200 * MiB, "ray": 0, "url": 0}
 _COLD, _WARM = 40 * MiB, 12 * MiB
 _HARNESS, _LOOP = 32 * MiB, 1 * MiB
 
