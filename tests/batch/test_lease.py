@@ -46,7 +46,7 @@ MODEL = textwrap.dedent(
 
     log = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     COMMANDS = {
-        "block": "while [ ! -e {gate}/open ]; do sleep 0.05; done; echo ran",
+        "block": "while [ ! -e {gate}/open ]; do sleep 0.2; done; echo ran",
         "sleep": "sleep 120",
     }
 
