@@ -201,6 +201,43 @@ def _resume(out: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=240)  # fmt: skip
 
 
+def test_a_rollout_killed_before_its_server_answered_runs_again_from_the_start(
+    tmp_path: Path, model: dict[str, Any]
+) -> None:
+    """Killed while its server still starts (phase `provisioning`: nothing reached its
+    task nor a model), a rollout runs afresh on resume instead of being interrupted."""
+    gate = model["gate"]
+    source = gate / "slow_env.py"  # a server's import (not the plan's) waits for the gate
+    env = (HERE / "crash_env.py").read_text().replace("from __future__ import annotations", "")
+    opened = str(gate / "open")
+    wait = f"while 'PROCTOR_BATCH_ID' in os.environ and not os.path.exists({opened!r}):"
+    source.write_text(f"import os, time\n{wait}\n    time.sleep(0.1)\n{env}")
+    config = _config(tmp_path, model, {"kind": "subprocess"}, 2)
+    doc = json.loads(config.read_text())
+    doc["taskset"]["env_source"] = str(source)
+    config.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    argv = [*PROCTOR, "batch", str(config), "--execute", "--output-dir", str(out)]
+    runner = subprocess.Popen([*argv, "--skip-model-check", "--quiet"], env=_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _until("both rollouts provisioning", lambda: out.exists() and [
+            (r["status"], r["phase"]) for r in list_rollouts(out, limit=None)
+        ] == [("running", "provisioning")] * 2)  # fmt: skip
+    finally:
+        runner.kill()
+        runner.wait()
+    batch_id = json.loads((out / "batch.json").read_text())["batch_id"]
+    (gate / "open").touch()
+    resume = _resume(out)
+    assert resume.returncode == 0, resume.stderr
+    rows = list_rollouts(out, limit=None)
+    assert [(r["status"], r["attempt"], r["reward"]) for r in rows] == [("completed", 1, 1.0)] * 2
+    restarted = [ev for ev in read_events(out) if ev.get("type") == "restarted"]
+    assert [ev["phase"] for ev in restarted] == ["provisioning"] * 2
+    _until("the batch's processes gone", lambda: not _labelled(batch_id), 30)
+
+
 @pytest.mark.parametrize("kind", ["subprocess", "sandbox"])
 def test_a_resume_continues_every_rollout_in_flight_at_a_kill(
     tmp_path: Path, model: dict[str, Any], kind: str

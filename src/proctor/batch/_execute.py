@@ -212,7 +212,8 @@ async def aresume(
     file's current content (if the file is still there) and the taskset's rows. A
     rollout in flight when the runner died continues from its checkpoint when its
     substrate survived (an environment served elsewhere, which parked the session);
-    otherwise it is recorded once as `interrupted`, in its phase. With `retry_errors`,
+    one that had not reached its task yet (provisioning, connecting) runs again from
+    the start; otherwise it is recorded once as `interrupted`, in its phase. With `retry_errors`,
     failed and interrupted rollouts get a new attempt (the old one is kept on disk);
     so do the ended rollouts named in `retry` (ids) or matched by `retry_where`
     (`status=interrupted,task=add-1-2`: see `_retry.parse_where`), whatever their
@@ -299,8 +300,8 @@ def _leftovers(
             continue
         if status == "running":
             adopted = _adoptable(store, setup, a, attempt, row["phase"])
-            if adopted is not None:
-                work.append((a, attempt, adopted))
+            if adopted is not None:  # {}: it runs again from the start
+                work.append((a, attempt, adopted or None))
                 continue
             status = "interrupted"  # as `_adoptable` just recorded it
         if a.rollout_id in chosen or (retry_errors and status in ("failed", "interrupted")):
@@ -309,14 +310,23 @@ def _leftovers(
     return work, again
 
 
+_UNREACHED = ("provisioning", "connecting")
+"""Phases a rollout's record says before `tasks.start` (each is recorded before its
+work begins): a rollout the runner died with there never reached its task."""
+
+
 def _adoptable(
     store: BatchStore, setup: Setup, a: Assignment, attempt: int, phase: str | None
 ) -> dict[str, Any] | None:
-    """The parked session and checkpoint to continue `a` from; otherwise record it
+    """The parked session and checkpoint to continue `a` from; {} when nothing of it
+    reached its task or a model (run it again from the start); otherwise record it
     `interrupted` (once) and return None."""
     rec = store.begin(a, attempt=attempt)
     session = rec.load_private("session.json")
     checkpoint = rec.load_private("checkpoint.json")
+    if phase in _UNREACHED and not session and not checkpoint:  # a resumed one has both
+        store.event("restarted", id=a.rollout_id, attempt=attempt, phase=phase)
+        return {}
     why = _not_adoptable(setup, phase, session, checkpoint)
     if why is None:
         return {"session": session, "checkpoint": checkpoint}
