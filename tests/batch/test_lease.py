@@ -11,6 +11,7 @@ before the resume, whose agents run the call again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -391,3 +392,30 @@ def test_no_lease_where_it_cannot_apply(tmp_path: Path) -> None:
     assert _leased(ray, tmp_path) is None
     plain = _leased(_batch({"kind": "subprocess"}), tmp_path)
     assert repr(plain).startswith("LeasedRuntime(SubprocessRuntime(")
+
+
+def _supervisors(out: Path) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if b"proctor.batch._supervisor" in argv and str(out).encode() in argv and stat != "Z":
+                found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("after", [0.0, 0.05, 0.2])
+async def test_a_cancelled_start_leaves_no_supervisor(tmp_path: Path, after: float) -> None:
+    """Cancelled wherever it is (spawning, waiting for READY, asking for the lease)."""
+    runtime = _leased(_batch({"kind": "subprocess"}), tmp_path)
+    start = asyncio.ensure_future(runtime.start())
+    await asyncio.sleep(after)
+    start.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await start
+    if start.cancelled():
+        assert runtime._proc is None
+    else:  # it had the lease before the cancel came: let it go as a runner does
+        await runtime.aclose()
+    assert not _supervisors(tmp_path)

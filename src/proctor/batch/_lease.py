@@ -61,7 +61,7 @@ class LeasedRuntime(Runtime, AsyncResource):
         self.log = log
         self.orphans: dict[str, str | None] = {}
         """The servers a dead runner left: url -> token (`token_for`)."""
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ids = itertools.count(1)
@@ -76,41 +76,40 @@ class LeasedRuntime(Runtime, AsyncResource):
         return self._endpoint(task)
 
     async def start(self) -> None:
-        """Take the lease (starting the supervisor if none runs)."""
-        dirfd = os.open(self.out, os.O_PATH)
+        """Take the lease (starting the supervisor if none runs); a failed or cancelled
+        start leaves no supervisor of its own behind."""
         try:
-            path = f"/proc/self/fd/{dirfd}/{SOCKET}"  # short, whatever the folder's length
+            dirfd = os.open(self.out, os.O_PATH)
             try:
-                self._reader, self._writer = await asyncio.open_unix_connection(path)
-            except OSError:
-                await asyncio.to_thread(self._spawn)
-                self._reader, self._writer = await asyncio.open_unix_connection(path)
-        finally:
-            os.close(dirfd)
-        self._listen = asyncio.ensure_future(self._listening())
-        try:
+                path = f"/proc/self/fd/{dirfd}/{SOCKET}"  # short, whatever the folder's length
+                try:
+                    self._reader, self._writer = await asyncio.open_unix_connection(path)
+                except OSError:
+                    await self._spawn()
+                    self._reader, self._writer = await asyncio.open_unix_connection(path)
+            finally:
+                os.close(dirfd)
+            self._listen = asyncio.ensure_future(self._listening())
             self.orphans = (await self._ask({"op": "lease"}))["orphans"]
         except BaseException:
             await self.aclose()
             raise
 
-    def _spawn(self) -> None:
+    async def _spawn(self) -> None:
         argv = [sys.executable, "-m", "proctor.batch._supervisor", self.out, str(self.grace)]
-        log = self.log
-        with open(log or os.devnull, "ab") as err:
-            proc = self._proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+        err = os.open(self.log or os.devnull, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            proc = self._proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                 env=self.env, start_new_session=True,
             )  # fmt: skip
+        finally:
+            os.close(err)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(pickle.dumps(self.runtime))  # its own child: no trust boundary
         proc.stdin.close()
-        line = proc.stdout.readline().strip()
-        proc.stdout.close()
-        if line != READY:
-            proc.kill()
-            proc.wait()
-            raise RuntimeLaunchError(f"the lease supervisor did not start (see {log})")
+        if (await proc.stdout.readline()).strip() != READY:
+            raise RuntimeLaunchError(f"the lease supervisor did not start (see {self.log})")
 
     def claim(self, urls: set[str]) -> None:
         """Adopt the servers a dead runner left at `urls` (their rollouts continue,
@@ -150,7 +149,10 @@ class LeasedRuntime(Runtime, AsyncResource):
             self._writer.close()
         proc, self._proc = self._proc, None
         if proc is not None:
-            await asyncio.to_thread(_reap, proc)
+            if self._listen is None:  # it never served this runner: nothing to stop first
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            await _reap(proc)
 
     @contextlib.asynccontextmanager
     async def _endpoint(self, task: Task) -> AsyncIterator[Endpoint]:
@@ -242,10 +244,11 @@ def _placed(config: BatchConfig) -> bool:
     )
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> None:
+async def _reap(proc: asyncio.subprocess.Process) -> None:
     """Wait for the supervisor to exit; kill it if it hangs (its servers die with it)."""
     try:
-        proc.wait(_START)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        await asyncio.wait_for(proc.wait(), _START)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
