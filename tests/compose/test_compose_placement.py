@@ -4,10 +4,12 @@ name and its model only through the relay, and holds no provider key; through
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from proctor.batch import aexecute, list_rollouts
 from proctor.proxy import InterceptionProxy, Upstream
 from proctor.runtimes import ComposeRuntime
 from proctor.testing import FakeModelServer, FakeRequest, Reply
+from proctor.view import ViewServer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "compose"
 HARNESS = EXAMPLE / "harness.py"
@@ -163,3 +166,15 @@ async def test_a_batch_places_the_example_harness_in_each_project_s_main(
     said = [r.messages[-1]["content"] for r in fake.requests]
     assert all("The db service reports a stock of" in text for text in said)
     assert result.batch_id is not None and _labelled("ps -a", result.batch_id) == []
+    # the dashboard shows a rollout's model turn; each rollout exports as a sample
+    rid = str(rows[0]["id"])
+    async with ViewServer([tmp_path / "out"]) as view:
+        url = f"{view.url}b/out/r/{rid}"
+        with await asyncio.to_thread(urllib.request.urlopen, url, timeout=30) as page:
+            assert "The db service reports a stock of" in page.read().decode()
+    export = [sys.executable, "-m", "proctor.cli", "export", str(tmp_path / "out")]
+    proc = await asyncio.create_subprocess_exec(*export, stdout=asyncio.subprocess.PIPE)
+    exported, _ = await proc.communicate()
+    assert proc.returncode == 0
+    samples = [json.loads(line) for line in exported.splitlines()]
+    assert sorted(sample["reward"] for sample in samples) == [1.0] * 3
