@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from proctor.batch import BatchConfig, list_rollouts, read_events, read_rollout
 from proctor.batch._config_runtime import build_runtime
-from proctor.batch._lease import leased
+from proctor.batch._lease import lease_of, leased
 
 HERE = Path(__file__).parent
 PROCTOR = [sys.executable, "-m", "proctor.cli"]
@@ -392,6 +392,14 @@ def test_no_lease_where_it_cannot_apply(tmp_path: Path) -> None:
     assert _leased(ray, tmp_path) is None
     plain = _leased(_batch({"kind": "subprocess"}), tmp_path)
     assert repr(plain).startswith("LeasedRuntime(SubprocessRuntime(")
+    # what the plan says of each (its substrate check's `lease`)
+    assert lease_of(config) == (None, "a harness is placed in the substrate, which the "
+                                "supervisor cannot enter")  # fmt: skip
+    assert lease_of(ray) == (30.0, "the Ray executor's shards are held by its lease keeper")
+    assert lease_of(_batch({"kind": "subprocess"})) == (
+        30.0,
+        "the lease supervisor holds the servers",
+    )
 
 
 def _supervisors(out: Path) -> list[int]:

@@ -559,3 +559,20 @@ async def test_the_plan_names_the_new_key_of_an_old_one(tmp_path: Path) -> None:
     assert plan.check("config").details["deprecated"] == [
         "max_concurrency is deprecated: name it max_concurrent (same meaning)"
     ]
+
+
+async def test_the_plan_says_what_outlives_a_runner_that_dies(tmp_path: Path) -> None:
+    """The substrate check's `lease`: the grace the servers get, or why there is none."""
+    plan = await plan_of(tmp_path, config())
+    assert plan.check("substrate").details["lease"] == {
+        "seconds": 30.0,
+        "why": "the lease supervisor holds the servers",
+    }
+    plan = await plan_of(tmp_path, config(runtime={"kind": "subprocess", "lease": 0}))
+    assert plan.check("substrate").details["lease"] == {
+        "seconds": None,
+        "why": "runtime.lease = 0",
+    }
+    plan = await plan_of(tmp_path, config(runtime={"kind": "local", "trusted": True}))
+    assert plan.check("substrate").details["lease"]["seconds"] is None
+    assert "nothing outlives it" in plan.check("substrate").details["lease"]["why"]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..records import Task
     from ._config import BatchConfig
 
-__all__ = ["LeasedRuntime", "leased"]
+__all__ = ["LeasedRuntime", "lease_of", "leased"]
 
 _START = 60.0  # seconds for the supervisor to come up
 _GONE = "the lease supervisor died"
@@ -227,13 +227,38 @@ def leased(
     from .._environ import allowed_environ
     from ._reconcile import BATCH_ENV
 
-    grace = getattr(config.runtime, "lease", None)
-    if not grace or config.executor.kind == "ray" or _placed(config):
+    grace, _ = lease_of(config)
+    if grace is None or config.executor.kind == "ray":  # the executor holds its own lease
         return None
     env = {**allowed_environ(()), BATCH_ENV: batch}
     if config.runtime.kind == "ray":  # the supervisor is a Ray driver: address, auth token
         env.update((k, v) for k, v in os.environ.items() if k.startswith("RAY_"))
     return LeasedRuntime(out, runtime, grace, env, log)
+
+
+_UNLEASED = {
+    "local": "the runner's own process: nothing outlives it",
+    "container": "a container outlives the runner and is adopted where it runs",
+    "compose": "a Compose project outlives the runner and is adopted where it runs",
+    "url": "served elsewhere: adopted where it runs",
+}
+
+
+def lease_of(config: BatchConfig) -> tuple[float | None, str]:
+    """The grace a batch's servers get under a lease, or None, and why."""
+    if config.executor.kind == "ray":
+        grace = getattr(config.executor, "lease", None)
+        if not grace:
+            return None, "executor.lease = 0"
+        return float(grace), "the Ray executor's shards are held by its lease keeper"
+    grace = getattr(config.runtime, "lease", None)
+    if grace is None:
+        return None, _UNLEASED.get(config.runtime.kind, "recorded without a lease: none, as it ran")
+    if not grace:
+        return None, "runtime.lease = 0"
+    if _placed(config):
+        return None, "a harness is placed in the substrate, which the supervisor cannot enter"
+    return float(grace), "the lease supervisor holds the servers"
 
 
 def _placed(config: BatchConfig) -> bool:

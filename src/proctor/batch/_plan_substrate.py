@@ -35,6 +35,7 @@ from ._config import (
     SandboxRuntimeConfig,
     SubprocessRuntimeConfig,
 )
+from ._lease import lease_of
 
 __all__ = ["check_substrate", "rollout_memory"]
 
@@ -75,6 +76,8 @@ async def check_substrate(
     problems: Problems = []
     details: dict[str, Any] = {"runtime": config.runtime.kind, "wave": wave}
     details["host"] = _host(config, rows, wave, problems)
+    grace, why = lease_of(config)
+    details["lease"] = {"seconds": grace, "why": why}
     rt = config.runtime
     if isinstance(rt, SandboxRuntimeConfig) and shutil.which(rt.bwrap) is None:
         problems.append(
