@@ -1,7 +1,9 @@
 """kill -9 of a batch runner mid-dialogue, then `--resume`: the parked session's
 simulated user, played by the batch's `user_model`, asks the resuming runner's proxy
 (`tasks.user`) instead of the dead runner's, so the dialogue completes and the user's
-later turns are priced on the rollout.
+later turns are priced on the rollout. The user turn the dead runner's session served
+(kept in `user_turns.jsonl` as it came) counts in the continued rollout's usage and
+cost, and in the batch report's, once; no training sample holds a user turn.
 
 The agent asks the customer once, then runs a slow shell command; the runner is killed
 during it (no model turn in flight), under a lease so the server outlives it.
@@ -21,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from proctor.batch._report import report
+from proctor.samples import samples_from_batch
 from proctor.store import list_rollouts, read_events, read_rollout
 
 HERE = Path(__file__).parent
@@ -107,7 +111,7 @@ def test_a_resumed_dialogue_asks_the_resuming_runners_user_model(
     config.write_text(json.dumps({
         "name": "user-resume",
         "taskset": {"source": "tasks.jsonl", "env_source": str(HERE / "resume_env.py")},
-        "agents": [{"kind": "tool", "name": "fake", "model": f"fake/fake-model@{model['url']}",
+        "agents": [{"kind": "tool", "name": "fake", "model": f"openai/gpt-4.1-mini@{model['url']}",
                     "max_steps": 6}],
         "runtime": {"kind": "subprocess", "lease": 60},
         "user_model": f"openai/gpt-4.1-mini@{model['url']}",
@@ -139,5 +143,33 @@ def test_a_resumed_dialogue_asks_the_resuming_runners_user_model(
     users = [s for s in rollout["trace"] if s["kind"] == "model_turn" and s["data"].get("user")]
     assert len(users) == 1 and users[0]["data"].get("cost")  # the resumed runner's one
     assert rollout["record"]["cost"] >= sum(s["data"]["cost"] for s in users) > 0
+    _the_dead_runners_user_turn_counts(out, rollout, users[0]["data"])
     for path in out.rglob("*"):
         assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
+
+
+def _the_dead_runners_user_turn_counts(
+    out: Path, rollout: dict[str, Any], resumed: dict[str, Any]
+) -> None:
+    record = rollout["record"]
+    agent = rollout["model_turns"]
+    agent_cost = sum(t["cost"] for t in agent)
+    assert agent_cost > 0 and all(t["cost"] for t in agent)
+    # the user's first turn, served by the dead runner, is priced on the rollout too
+    assert record["cost"] - agent_cost - resumed["cost"] > 0.1 * resumed["cost"]
+    served = rollout["user_turns"]
+    assert len(served) == 2 and all(t["cost"] > 0 and "request" not in t for t in served)
+    assert served[1]["cost"] == resumed["cost"]
+    assert record["cost"] == pytest.approx(agent_cost + sum(t["cost"] for t in served))
+    for key in ("input_tokens", "output_tokens"):
+        paid = sum(t["usage"][key] for t in (*agent, *served))
+        assert record["usage"][key] == paid, key
+    [row] = report(out)["rollouts"]
+    assert (row["source"], row["turns"]) == ("turns", len(agent))
+    assert row["recomputed_cost"] == pytest.approx(record["cost"])  # each turn once
+    assert row["tokens"]["input"] == record["usage"]["input_tokens"]
+    [sample] = samples_from_batch(out)  # the agent's turns; the user's never
+    for message in (*sample.prompt, *sample.completion):
+        assert "You play a user" not in str(message.get("content"))
+    trained = [m for m in sample.completion if m.get("role") == "assistant"]
+    assert trained and all("Yes, refund it." not in str(m) for m in trained)

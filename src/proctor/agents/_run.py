@@ -62,7 +62,8 @@ class Run:
     `phase` is where the rollout is: provisioning, connecting, starting, agent, grading,
     verifying, teardown (its driver moves it and tells the observers a batch or an
     executor registered; see `engine.execute_run`). Whoever records the run may set
-    `on_checkpoint` (given the agent's `save_checkpoint` states); an agent that
+    `on_checkpoint` (given the agent's `save_checkpoint` states) and `on_user_turn`
+    (given each user-model turn's data as it lands on the trace); an agent that
     supports continuing reads `restored`, the last checkpoint, when it is set.
     """
 
@@ -81,6 +82,7 @@ class Run:
         "launch_errors",
         "metrics",
         "on_checkpoint",
+        "on_user_turn",
         "phase",
         "prompt",
         "proxy_session",
@@ -115,6 +117,7 @@ class Run:
         self.status: RunStatus = "pending"
         self.error: RunError | None = None
         self.on_checkpoint: Callable[[dict[str, Any]], None] | None = None
+        self.on_user_turn: Callable[[dict[str, Any]], None] | None = None
         self.restored: dict[str, Any] | None = None
         self.phase = "provisioning"
         self.launch_attempts = 1

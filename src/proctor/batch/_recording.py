@@ -62,8 +62,10 @@ class Recording:
         self.base_usage: dict[str, int] = {}
         self.base_cost = 0.0
         self.turns: dict[int, tuple[dict[str, Any], float]] = {}
+        self.told = 0.0  # the cost told to the tally turn by turn (the proxy's, a user's)
         self.context = _Context()
         run.on_checkpoint = rec.save_checkpoint
+        run.on_user_turn = self._user_turn
 
     def phase_changed(self, run: Run, phase: str) -> None:
         """The rollout's driver moves it to `phase` (a `RolloutObserver`)."""
@@ -98,15 +100,26 @@ class Recording:
 
     def resume_turns(self) -> None:
         """Count the model turns recorded before this runner took over (a continued
-        rollout): new turns are numbered after them, their usage and cost added."""
+        rollout): new turns are numbered after them, their usage and cost added, and
+        so are the user model's (`user_turns.jsonl`, one line a turn)."""
         last: dict[int, dict[str, Any]] = {}
         for line in JsonlReader(os.path.join(self.rec.folder, "model_turns.jsonl")):
             if isinstance(line.get("turn"), int):
                 last[line["turn"]] = line  # a retried turn's later line wins
+        users = JsonlReader(os.path.join(self.rec.folder, "user_turns.jsonl"))
         self.base_turns = max(last, default=0)
         self.base_usage, self.base_cost = _sum(
-            (t.get("usage") or {}, t.get("cost")) for t in last.values()
+            (t.get("usage") or {}, t.get("cost")) for t in (*last.values(), *users)
         )
+
+    def _user_turn(self, data: dict[str, Any]) -> None:
+        """A user-model turn, as it lands on the trace: kept in `user_turns.jsonl` (its
+        request stays on the trace alone), its cost told to the tally now."""
+        self.rec.append_user_turn({k: v for k, v in data.items() if k not in _NOT_KEPT})
+        cost = data.get("cost")
+        if isinstance(cost, int | float) and cost:
+            self.told += cost
+            self.tally.add_cost(cost)
 
     def _turn(self, turn: dict[str, Any]) -> None:
         number = self.base_turns + int(turn["turn"])
@@ -120,7 +133,9 @@ class Recording:
         cost = turn.get("cost") or 0.0
         previous = self.turns.get(number)
         self.turns[number] = (turn.get("usage") or {}, cost)
-        self.tally.add_cost(cost - (previous[1] if previous else 0.0))
+        delta = cost - (previous[1] if previous else 0.0)
+        self.told += delta
+        self.tally.add_cost(delta)
 
     def finish(self, status: str) -> str:
         """Write the outcome; returns the final live-view state."""
@@ -147,16 +162,21 @@ class Recording:
         self.rec.finish(status, **fields)
         final = {"completed": "done", "failed": "failed"}.get(status, "interrupted")
         self.tally.move(self.state, final)
-        heard = self.turns or self.base_turns  # their cost reached the tally turn by turn
-        self.tally.ended(reward=run.reward, cost=None if heard else fields.get("cost"))
+        # The tally heard the turns told turn by turn, and an earlier runner's were
+        # its: the rest of this runner's (a judge's, a Python agent's) is told now.
+        late = (fields.get("cost") or 0.0) - self.base_cost - self.told
+        self.tally.ended(reward=run.reward, cost=late if late > 1e-12 else None)
         self.state = final
         return final
 
     def _usage(self) -> dict[str, Any]:
         """Usage and cost: the proxy's turns when there was one, else the trace's; a
-        judge's and a user model's turns (on the trace only) count either way."""
+        judge's and a user model's turns (on the trace only) count either way, and so
+        do the turns an earlier runner recorded (`resume_turns`)."""
         if not self.turns and self.base_turns == 0:
             usage, cost = self.run.usage, self.run.cost
+            if self.base_usage or self.base_cost:  # a user model's, before a kill
+                usage, cost = _sum([(self.base_usage, self.base_cost), (usage, cost)])
             return {"usage": usage or None, "cost": cost}
         judged = [
             (step.data.get("usage") or {}, step.data.get("cost"))
@@ -223,6 +243,9 @@ def _trace(run: Run) -> dict[str, Any]:
     which `model_turns.jsonl` keeps as deltas (whole, they would grow with the square
     of the turns). A judge's turns (not in `model_turns.jsonl`) keep theirs."""
     return _trace_dict(run.trace, drop_requests=True)
+
+
+_NOT_KEPT = ("request", "user")  # a `user_turns.jsonl` line: the trace step's data but these
 
 
 def _on_trace_only(data: dict[str, Any]) -> bool:

@@ -1,10 +1,12 @@
 """`proctor batch report`: tokens, cost and rewards of an output directory, streamed.
 
-Costs are recomputed per model turn (`rollouts/<id>/model_turns.jsonl`) from the
-pricing recorded in `batch.json`, never from today's table; a rollout without turns
-falls back to its record's `usage` (`"source": "record"`). Rollouts are read one page
-of the index and one turn at a time, so a batch of any size fits in memory (except
-the per-rollout rows of the JSON document). Field reference: docs/batch-report.md.
+Costs are recomputed per model turn (`rollouts/<id>/model_turns.jsonl`, and a
+simulated user's model turns in `user_turns.jsonl`) from the pricing recorded in
+`batch.json`, never from today's table; a rollout without `model_turns.jsonl` falls
+back to its record's `usage` (`"source": "record"`), which counts its user's turns.
+Rollouts are read one page of the index and one turn at a time, so a batch of any size
+fits in memory (except the per-rollout rows of the JSON document). Field reference:
+docs/batch-report.md.
 """
 
 from __future__ import annotations
@@ -365,8 +367,14 @@ class _Walk:
         reader = JsonlReader(path)
         priced = [self._add(tally, model or t.get("model"), t.get("usage")) for t in reader]
         self._note(f"{rid}/model_turns.jsonl", reader)
+        turns = len(priced)
+        users = os.path.join(os.path.dirname(path), "user_turns.jsonl")
+        if os.path.exists(users):  # the user model's: priced as its own model
+            reader = JsonlReader(users)
+            priced += [self._add(tally, t.get("model"), t.get("usage")) for t in reader]
+            self._note(f"{rid}/user_turns.jsonl", reader)
         tally.count(all(priced))
-        return tally, "turns", len(priced)
+        return tally, "turns", turns
 
     def _add(self, tally: _Tally, model: Any, usage: Any) -> bool:
         name = model if isinstance(model, str) else None

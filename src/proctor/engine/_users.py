@@ -22,13 +22,14 @@ def open_user_model(run: Run, proxy: InterceptionProxy, stack: AsyncExitStack) -
     with `tasks.start`) and close it with `stack`.
 
     Its turns land on the run's trace as they come, marked `data["user"] = True`:
-    priced into `run.cost`, left out of training samples like a judge's.
+    priced into `run.cost`, left out of training samples like a judge's; each is handed
+    to `run.on_user_turn` too, when a recorder set one (a batch keeps it durable).
     """
     client = run.client
     manifest = None if client is None else client.manifest
     if manifest is None or not any(b.protocol == "user" for b in manifest.bindings):
         return
-    steps = _UserSteps(run.trace.steps)
+    steps = _UserSteps(run)
     session = proxy.open_session(f"{run.trace_id}-user", trace=Trace(run.trace_id, steps))
     upstream = proxy.upstreams.get("openai")
     model = None if upstream is None else upstream.model
@@ -54,16 +55,20 @@ async def renew_user_model(run: Run, proxy: InterceptionProxy, stack: AsyncExitS
 
 class _UserSteps(list["Step"]):
     """The steps the session records: each marked as the user model's and appended to
-    the run's trace too, as it comes (the dashboard shows it live)."""
+    the run's trace too, as it comes (the dashboard shows it live), then told to the
+    run's `on_user_turn`."""
 
-    def __init__(self, into: list[Step]) -> None:
+    def __init__(self, run: Run) -> None:
         super().__init__()
-        self.into = into
+        self.run = run
 
     def append(self, step: Step) -> None:
         _mark(step)
         super().append(step)
-        self.into.append(step)
+        run = self.run
+        run.trace.steps.append(step)
+        if run.on_user_turn is not None and step.data is not None:
+            run.on_user_turn(step.data)
 
 
 def _mark(step: Step) -> None:

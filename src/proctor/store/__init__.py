@@ -18,6 +18,7 @@ OUT/
     <id>.json         (layout 1 only: the record in its own file; still read)
     <id>/             made only when the rollout has one of these:
       model_turns.jsonl   one line per model turn
+      user_turns.jsonl    one line per turn of a simulated user's model
       trace.jsonl         trace steps, streamed as they happen
       checkpoint.json     the model-visible state to continue from
       evaluation/status.json

@@ -84,7 +84,8 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
 
     Keys: `record` (its line in a segment, or `rollouts/<id>.json` in a folder of
     layout 1; None before its first update or when it does not parse), `index`
-    (its index row, or None), `model_turns` and `trace` (the JSONL streams' records),
+    (its index row, or None), `model_turns`, `user_turns` and `trace` (the JSONL
+    streams' records),
     `checkpoint` and `evaluation` (or None), `artifacts` (name -> SHA-256 from the
     manifest), `log` (text, or None), `attempts` (archived attempt numbers), and
     `torn` (file name -> bytes left out: a stream's torn last line, or a JSON file
@@ -105,7 +106,8 @@ def read_rollout(path: str | os.PathLike[str], rollout_id: str) -> dict[str, Any
     else:
         record = _json(os.path.join(root, "rollouts", f"{rollout_id}.json"), torn)
     out: dict[str, Any] = {"id": rollout_id, "record": record, "index": row, "torn": torn}
-    for key, name in (("model_turns", "model_turns.jsonl"), ("trace", "trace.jsonl")):
+    for key in ("model_turns", "user_turns", "trace"):
+        name = f"{key}.jsonl"
         reader = JsonlReader(os.path.join(folder, name))
         out[key] = list(reader)
         if reader.torn:

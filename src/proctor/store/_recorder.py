@@ -132,6 +132,10 @@ class RolloutRecorder:
         """Append one model turn to `model_turns.jsonl`."""
         self._append("model_turns.jsonl", self._store._encode(turn))
 
+    def append_user_turn(self, turn: Mapping[str, Any]) -> None:
+        """Append one turn of the rollout's user model to `user_turns.jsonl`."""
+        self._append("user_turns.jsonl", self._store._encode(turn))
+
     def append_step(self, step: Mapping[str, Any]) -> None:
         """Append one trace step to `trace.jsonl` (for traces streamed as they grow)."""
         self._append("trace.jsonl", self._store._encode(step))
