@@ -144,6 +144,8 @@ def test_a_resumed_dialogue_asks_the_resuming_runners_user_model(
     assert len(users) == 1 and users[0]["data"].get("cost")  # the resumed runner's one
     assert rollout["record"]["cost"] >= sum(s["data"]["cost"] for s in users) > 0
     _the_dead_runners_user_turn_counts(out, rollout, users[0]["data"])
+    # the batch's spend (its cost_cap's budget) counts the turns the dead runner paid for
+    assert json.loads(resume.stdout)["cost_usd"] == pytest.approx(rollout["record"]["cost"])
     for path in out.rglob("*"):
         assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
 

@@ -330,6 +330,8 @@ class Runner:
         run.restored = checkpoint
         recording.session = session
         recording.resume_turns()
+        # the dead runner's turns of this rollout were spent, though no record says so yet
+        self.setup.budget.spent += recording.base_cost or 0.0
         self.tally.move("queued", "running")
         recording.state = "running"
         target = self._target(adopted)
