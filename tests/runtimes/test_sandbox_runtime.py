@@ -510,11 +510,12 @@ async def test_a_missing_bwrap_says_how_to_install_it() -> None:
 
 async def test_a_dead_zygote_fails_its_rollouts_and_is_replaced() -> None:
     killed = asyncio.Event()
+    pidns: list[str] = []
 
     async def outlives_it(run: Run) -> None:
-        pidns = json.loads(run.prompt)["pidns"]
-        killed.set()  # the rollout dies with the zygote's sandbox
-        assert await asyncio.to_thread(eventually, lambda: not processes_in(pidns))
+        pidns.append(json.loads(run.prompt)["pidns"])
+        killed.set()
+        await asyncio.sleep(120)  # cut short when the sandbox dies, not after this
         run.trace.content = "late"
 
     async with SandboxRuntime(SOURCE, warm=True) as runtime:
@@ -523,9 +524,11 @@ async def test_a_dead_zygote_fails_its_rollouts_and_is_replaced() -> None:
         zygote = runtime._zygote
         assert zygote is not None and zygote.proc.pid is not None
         os.kill(zygote.proc.pid, signal.SIGKILL)
-        run = await job
+        run = await asyncio.wait_for(job, 60)
         assert run.error is not None and run.error.type == "SubstrateLost"  # at once
         assert run.error.phase == "agent" and "exited" in run.error.message
+        # the rollout's server died with the zygote's sandbox
+        assert await asyncio.to_thread(eventually, lambda: not processes_in(pidns[0]))
         again = await rollout(probe_task("probe"), ECHO_PROMPT, runtime=runtime)
     assert again.reward == 1.0, again.error
     assert runtime._zygote is None and not zygote.alive

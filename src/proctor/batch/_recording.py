@@ -140,6 +140,7 @@ class Recording:
     def finish(self, status: str) -> str:
         """Write the outcome; returns the final live-view state."""
         run = self.run
+        run.on_user_turn = None  # its bound method held this recording: no cycle left
         fields = _outcome(run)
         fields.update(self._usage())
         if self.session is not None:

@@ -26,7 +26,7 @@ class SubstrateWatch:
     path, no task, no coroutine.
     """
 
-    __slots__ = ("cause", "died", "run", "task", "timer", "unwatch")
+    __slots__ = ("cause", "died", "open", "run", "task", "timer", "unwatch")
 
     def __init__(self, run: Run, died: asyncio.Future[str] | None, task: asyncio.Task[Any]) -> None:
         self.run = run
@@ -35,14 +35,18 @@ class SubstrateWatch:
         self.timer: asyncio.TimerHandle | None = None
         self.unwatch: Callable[[], None] | None = None
         self.task = task
+        self.open = False
 
     def __enter__(self) -> None:
+        self.open = True
         if self.died is not None:
             self.died.add_done_callback(self._ended)
         if self.run.client is not None:
             self.unwatch = self.run.client.on_lost(self._dropped)
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        # `died`'s callback may already be scheduled: it must not cancel what comes next
+        self.open = False
         if self.died is not None:
             self.died.remove_done_callback(self._ended)
         if self.unwatch is not None:
@@ -57,7 +61,7 @@ class SubstrateWatch:
         raise SubstrateLost(self.run.phase, self.cause) from exc  # whatever the agent made of it
 
     def _lost(self, cause: str) -> None:
-        if self.cause is None:
+        if self.open and self.cause is None:
             self.cause = cause
             self.task.cancel()
 

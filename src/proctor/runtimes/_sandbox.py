@@ -95,12 +95,14 @@ from ._sandbox_host import (
     _host_uid,
     _reconcile,
     _Zygote,
+    _ZygoteGone,
 )
 from ._sandbox_limits import DEFAULT_LIMITS
 from ._sandbox_limits import _Limits as _Limits  # batch config checks its limits with it
 
 if TYPE_CHECKING:
     from ..records import Task
+    from ._warm import Forked
 
 __all__ = ["SandboxRuntime"]
 
@@ -263,10 +265,12 @@ class SandboxRuntime(Runtime, AsyncResource):
     @contextlib.asynccontextmanager
     async def _forked(self, task: Task) -> AsyncIterator[Endpoint]:
         limits = self._limits_for(task)
-        zygote = await self._warm_zygote()
-        child, path = zygote.fork(limits)
         try:
-            port = await child.ready(self.startup_timeout)
+            child, path, port = await self._fork(limits)
+        except _ZygoteGone as exc:  # it died before its exit was seen: once more, anew
+            log.warning("sandbox zygote died; restarting it: %s", exc)
+            child, path, port = await self._fork(limits)
+        try:
             url = f"tcp://127.0.0.1:{port}" if path is None else f"unix://{path}"
             with _deadline(limits.wall_time, child.kill, child.death):
                 yield Endpoint(url, token=child.token, died=child.death)
@@ -278,6 +282,23 @@ class SandboxRuntime(Runtime, AsyncResource):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
         check_teardown(child.teardown_error)
+
+    async def _fork(self, limits: _Limits) -> tuple[Forked, Path | None, int | None]:
+        """A child of the running zygote (started if need be), ready: it, its socket's
+        host path (network "none") and its port."""
+        zygote = await self._warm_zygote()
+        child, path = zygote.fork(limits)
+        try:
+            port = await child.ready(self.startup_timeout)
+        except BaseException as exc:
+            if isinstance(exc, _ZygoteGone):
+                zygote.ready = False
+            await child.stop(self.stop_timeout)
+            if path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            raise
+        return child, path, port
 
     def _limits_for(self, task: Task) -> _Limits:
         given = (task.runtime_config or {}).get("limits") or {}

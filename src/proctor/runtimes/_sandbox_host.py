@@ -405,6 +405,10 @@ class _Cold:
 _ANNOUNCED = (b"PROCTOR_SERVE_PORT=", b"PROCTOR_SERVE_UNIX=")
 
 
+class _ZygoteGone(RuntimeLaunchError):
+    """The zygote died before forking for this request: worth one retry on a new one."""
+
+
 class _Zygote:
     """The warm pool: one sandbox whose zygote forks a rollout per request."""
 
@@ -455,14 +459,19 @@ class _Zygote:
         """Ask for a rollout: its `Forked` and its socket's host path (network "none").
 
         Raises:
-            RuntimeLaunchError: the zygote is gone or not reading.
+            _ZygoteGone: the zygote is gone (also raised by the child's `ready` when it
+                died before forking it, its exit not seen yet).
         """
         if self.ctl is None or not self.alive:
-            raise RuntimeLaunchError(self.proc.why("the zygote is not running"))
+            raise _ZygoteGone(self.proc.why("the zygote is not running"))
         name = secrets.token_hex(8)
         path = None if self.sockets is None else self.sockets / f"{name}.sock"
         body = {"name": name, "limits": limits.inside()}
-        return request(self.ctl, body, self.proc.why, logger=log), path
+        try:
+            return request(self.ctl, body, self.proc.why, lost=_ZygoteGone, logger=log), path
+        except _ZygoteGone:
+            self.ready = False  # not alive any more: the runtime replaces it
+            raise
 
     async def stop(self) -> None:
         """Close the zygote's channel (it exits and its sandbox with it), then reap it."""
