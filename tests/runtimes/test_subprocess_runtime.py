@@ -139,6 +139,13 @@ def gone(pid: int) -> bool:
     return state == "Z"
 
 
+async def both_pids(script: Path) -> list[int]:
+    """The server's and its grandchild's host pids, once both run the script: the
+    server announces its port without waiting for its grandchild's exec."""
+    assert await poll(lambda: len(read_pids(script)) == 2, within=30.0), read_pids(script)
+    return read_pids(script)
+
+
 async def poll(check: Callable[[], object], within: float = 5.0) -> bool:
     """Whether `check()` comes true within `within` seconds."""
     deadline = time.monotonic() + within
@@ -266,7 +273,7 @@ async def test_the_whole_process_group_is_killed_after_stop_timeout(
         command=fake(tmp_path, "ignore-term", "grandchild"), stop_timeout=0.3
     )
     async with runtime(TASK):
-        child, grandchild = read_pids(pids_file)
+        child, grandchild = await both_pids(pids_file)
         assert not gone(child) and not gone(grandchild)
         t0 = time.monotonic()
     assert 0.3 <= time.monotonic() - t0 < 3
@@ -279,7 +286,7 @@ async def test_grandchildren_in_the_group_go_with_a_clean_exit(
     tmp_path: Path, pids_file: Path
 ) -> None:
     async with SubprocessRuntime(command=fake(tmp_path, "grandchild"), stop_timeout=5)(TASK):
-        child, grandchild = read_pids(pids_file)
+        child, grandchild = await both_pids(pids_file)
         t0 = time.monotonic()
     assert time.monotonic() - t0 < 2  # the child obeyed SIGTERM; the rest was killed
     assert gone(child)
@@ -291,7 +298,7 @@ async def test_an_escaped_grandchild_holding_the_pipes_does_not_look_like_a_hang
 ) -> None:
     command = fake(tmp_path, "escaped-grandchild")
     async with SubprocessRuntime(command=command, stop_timeout=5)(TASK):
-        child, _ = read_pids(pids_file)
+        child, _ = await both_pids(pids_file)
         t0 = time.monotonic()
     assert time.monotonic() - t0 < 2
     assert gone(child)
