@@ -103,11 +103,14 @@ lint: $(STAMP)
 # each over a third of the folders by measured time, each with its own leak check;
 # `make -O` prints each shard's output whole once it ends. No folder shares state with
 # another (ports are 0, Ray runs in a namespace of its own, images are content-addressed,
-# containers are labelled per batch). New folders join shard c.
+# containers are labelled per batch), save the Harbor image repositories: the folders that
+# build and remove Harbor task images (importers, compose, placement) share shard b, so no
+# test removes an image another shard's build is using. New folders join shard c.
 PYTEST := PROCTOR_PEERS_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q
 SHARD_A := tests/batch tests/ray tests/compat tests/engine tests/proxy tests/tasks \
 	tests/testing tests/models
-SHARD_B := tests/importers tests/runtimes tests/compose $(wildcard tests/test_*.py)
+SHARD_B := tests/importers tests/runtimes tests/compose tests/placement \
+	$(wildcard tests/test_*.py)
 SHARD_C := $(filter-out $(SHARD_A) $(SHARD_B) tests/__pycache__,$(patsubst %/,%,$(TEST_DIRS)))
 
 # Each shard writes a JUnit report; the run ends with their sum as one plain count.
