@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from _support.supervisor import supervisor_pid
 from proctor.batch import BatchConfig, list_rollouts, read_events, read_rollout
 from proctor.batch._config_runtime import build_runtime
 from proctor.batch._lease import lease_of, leased
@@ -146,18 +147,6 @@ def _labelled(batch_id: str) -> list[int]:
             if f"PROCTOR_BATCH_ID={batch_id}".encode() in environ.split(b"\0") and state != "Z":
                 found.append(int(pid))
     return found
-
-
-def _supervisor(out: Path) -> int:
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"proctor.batch._supervisor" in argv and str(out).encode() in argv:
-                return int(pid)
-    raise AssertionError("no supervisor")
 
 
 def _until(what: str, check: Any, deadline: float = 120.0) -> Any:
@@ -280,7 +269,7 @@ def test_an_adopted_server_that_dies_fails_its_rollout_at_once_saying_why(
     tmp_path: Path, sleepy: dict[str, Any]
 ) -> None:
     out, batch_id = _killed_mid_agent(tmp_path, sleepy, {"kind": "subprocess"}, 1)
-    supervisor = _supervisor(out)
+    supervisor = supervisor_pid(out)
     argv = [*PROCTOR, "batch", "--resume", str(out), "--quiet"]
     resume = subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE, text=True)
     try:
@@ -303,12 +292,12 @@ def test_an_adopted_server_that_dies_fails_its_rollout_at_once_saying_why(
 
 def test_the_servers_die_with_their_supervisor(tmp_path: Path, sleepy: dict[str, Any]) -> None:
     out, batch_id = _killed_mid_agent(tmp_path, sleepy, {"kind": "subprocess"}, 2)
-    supervisor = _supervisor(out)
+    supervisor = supervisor_pid(out)
     servers = set(_labelled(batch_id)) - {supervisor}
     assert servers  # its servers, alive
     for junk in (b"not json\n", b"[1, 2]\n", b'{"no": "op"}\n', b"7" * 100_000 + b"\n"):
         _send_raw(out / "supervisor.sock", junk)  # a broken peer is dropped, nothing else
-    assert _supervisor(out) == supervisor and servers <= set(_labelled(batch_id))
+    assert supervisor_pid(out) == supervisor and servers <= set(_labelled(batch_id))
     assert "Traceback" not in (out / "environment.log").read_text(errors="replace")
     os.kill(supervisor, signal.SIGKILL)
     _until("the servers died with the supervisor", lambda: not _labelled(batch_id), 30)

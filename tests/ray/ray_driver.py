@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).parents[1]))  # tests/_support
 
 from ray_cluster import HEAD_LABEL, WORKER_LABEL, LocalCluster, listeners, loopback_up
 from ray_lease import (

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _support.supervisor import supervisor_pid
+
 ROWS = 2
 AGENT = """
 import asyncio
@@ -151,23 +153,10 @@ def _lapsed(folder: Path, address: str, env_source: str) -> dict[str, Any]:
     }
 
 
-def _supervisor(out: Path) -> int:
-    """The pid of the batch's lease supervisor."""
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"proctor.batch._supervisor" in argv and str(out).encode() in argv:
-                return int(pid)
-    raise AssertionError("no supervisor")
-
-
 def _supervisor_killed(folder: Path, address: str, env_source: str) -> dict[str, Any]:
     out, batch_id = _killed(folder, address, env_source, lease=60)
     kept = _actors(batch_id)
-    os.kill(_supervisor(out), signal.SIGKILL)
+    os.kill(supervisor_pid(out), signal.SIGKILL)
     t0 = time.monotonic()
     gone = _until(lambda: not _actors(batch_id), 60)
     return {"kept": kept, "gone_after": time.monotonic() - t0 if gone else None}
